@@ -1,0 +1,168 @@
+"""Drive a workload against a running server and collect what it measured.
+
+Closed-loop users and Poisson arrivals run side by side in one event loop; the
+server's ``/metrics`` are read before, during and after. Warmup requests are
+sent first and excluded. Requests still open at the drain deadline are failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from pytest_vllm_perf import client, metrics, prompts, stats
+from pytest_vllm_perf.records import RequestRecord
+from pytest_vllm_perf.workload import RequestClass, Workload
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One workload run: raw records, server counters and the metrics derived from them."""
+
+    workload: Workload
+    records: tuple[RequestRecord, ...]
+    duration_s: float
+    counters: dict[str, float]
+    samples: tuple[metrics.Sample, ...] = ()
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[RequestRecord]:
+        return [r for r in self.records if not r.ok]
+
+
+def summarize(
+    workload: Workload, records: Sequence[RequestRecord], duration_s: float, counters: dict[str, float]
+) -> dict[str, float]:
+    """Flat metrics: all requests unprefixed, each class as ``cls.metric``, server counters."""
+    out = stats.summarize(records, duration_s)
+    for cls in workload.classes:
+        group = [r for r in records if r.cls == cls.name]
+        out.update({f"{cls.name}.{k}": v for k, v in stats.summarize(group, duration_s).items()})
+    out.update(counters)
+    return out
+
+
+@dataclass
+class _Run:
+    workload: Workload
+    session: aiohttp.ClientSession
+    base_url: str
+    model: str
+    factory: prompts.PromptFactory
+    t0: float = 0.0
+    deadline: float = 0.0
+    records: list[RequestRecord] = field(default_factory=list)
+    inflight: int = 0
+
+    def spec(self, cls: RequestClass, rng: random.Random) -> client.RequestSpec:
+        prompt: list[int] | str = (
+            self.factory.text(cls.prompt_tokens, rng)
+            if cls.text
+            else self.factory.ids(cls.prompt_tokens, rng)
+        )
+        return client.RequestSpec(cls.name, prompt, cls.prompt_tokens, cls.output_tokens)
+
+    async def one(self, cls: RequestClass, rng: random.Random) -> None:
+        self.inflight += 1
+        try:
+            record = await client.send(
+                self.session, self.base_url, self.model, self.spec(cls, rng), self.t0
+            )
+        finally:
+            self.inflight -= 1
+        self.records.append(record)
+
+    async def user(self, cls: RequestClass, rng: random.Random) -> None:
+        while time.perf_counter() < self.deadline:
+            await self.one(cls, rng)
+
+    async def arrivals(self, cls: RequestClass, rng: random.Random) -> None:
+        tasks: list[asyncio.Task[None]] = []
+        next_at = time.perf_counter() + rng.expovariate(cls.rate)
+        while next_at < self.deadline:
+            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+            tasks.append(asyncio.create_task(self.one(cls, random.Random(rng.random()))))
+            next_at += rng.expovariate(cls.rate)
+        await asyncio.gather(*tasks)
+
+
+async def run(
+    workload: Workload,
+    base_url: str,
+    model: str,
+    progress: Progress | None = None,
+    progress_every_s: float = 5.0,
+) -> RunResult:
+    """Run ``workload`` against the server at ``base_url`` and return its result."""
+    timeout = aiohttp.ClientTimeout(total=workload.request_timeout_s)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        factory = await prompts.build(session, base_url, model)
+        state = _Run(workload, session, base_url, model, factory)
+        await _warmup(state)
+        timeline = metrics.MetricsTimeline(before=await metrics.scrape(session, base_url))
+        stop = asyncio.Event()
+        state.t0 = time.perf_counter()
+        state.deadline = state.t0 + workload.duration_s
+        background = [
+            asyncio.create_task(metrics.sample_until(session, base_url, timeline, stop, state.t0)),
+            asyncio.create_task(_report(state, stop, progress, progress_every_s)),
+        ]
+        try:
+            await _drive(state)
+        finally:
+            stop.set()
+            await asyncio.gather(*background)
+        duration = time.perf_counter() - state.t0
+        timeline.after = await metrics.scrape(session, base_url)
+    counters = timeline.counters()
+    records = tuple(sorted(state.records, key=lambda r: r.start))
+    return RunResult(
+        workload, records, duration, counters, tuple(timeline.samples),
+        summarize(workload, records, duration, counters),
+    )
+
+
+async def _warmup(state: _Run) -> None:
+    """Send the warmup requests (first class shape) and throw their records away."""
+    rng = random.Random(state.workload.seed - 1)
+    cls = state.workload.classes[0]
+    state.t0 = time.perf_counter()
+    for _ in range(state.workload.warmup_requests):
+        await state.one(cls, rng)
+    state.records.clear()
+
+
+async def _drive(state: _Run) -> None:
+    rng = random.Random(state.workload.seed)
+    jobs: list[Any] = []
+    for cls in state.workload.classes:
+        if cls.users:
+            jobs += [state.user(cls, random.Random(rng.random())) for _ in range(cls.users)]
+        else:
+            jobs.append(state.arrivals(cls, random.Random(rng.random())))
+    await asyncio.gather(*jobs)
+
+
+async def _report(state: _Run, stop: asyncio.Event, progress: Progress | None, every: float) -> None:
+    if progress is None:
+        return
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+        except TimeoutError:
+            elapsed = time.perf_counter() - state.t0
+            failed = sum(not r.ok for r in state.records)
+            progress(
+                f"{state.workload.name}: {elapsed:.0f}/{state.workload.duration_s:.0f}s, "
+                f"{len(state.records)} done, {failed} failed, {state.inflight} in flight"
+            )
