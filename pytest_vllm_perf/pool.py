@@ -1,0 +1,145 @@
+"""One vLLM server at a time, booted lazily per profile and reused across tests.
+
+Two servers on one accelerator corrupt each other's figures, so asking for a
+profile other than the running one stops the running one first. A profile whose
+boot failed is remembered, so its other tests fail at once instead of rebooting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_vllm_perf import hardware, models, profiles
+from pytest_vllm_perf.profiles import EngineSettings, Profile
+from pytest_vllm_perf.server import ExternalServer, ServerError, ServerSpec, VllmServer
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """Everything the pool needs to turn a profile name into a running server."""
+
+    profiles_dir: Path
+    cache_dir: Path
+    model: str | None = None
+    preset: str = "tiny"
+    platform: str = "auto"
+    boot_timeout_s: float = 600.0
+    external_url: str | None = None
+    gpu_release_timeout_s: float = 120.0
+
+    def resolved_platform(self) -> str:
+        return hardware.detect_platform() if self.platform == "auto" else self.platform
+
+
+@dataclass(frozen=True)
+class ServerHandle:
+    """What a test gets: where the server is and what it runs."""
+
+    base_url: str
+    model: str
+    profile: Profile
+    settings: EngineSettings
+    argv: tuple[str, ...]
+    platform: str
+    boot_s: float | None
+    server: VllmServer | ExternalServer
+
+    def check_alive(self) -> None:
+        self.server.check_alive()
+
+
+@dataclass
+class ServerPool:
+    config: PoolConfig
+    progress: Progress = field(default=lambda _msg: None)
+    _current: ServerHandle | None = None
+    _failed: dict[str, str] = field(default_factory=dict)
+    _model: tuple[str, bool] | None = None
+
+    def model(self) -> tuple[str, bool]:
+        """(model path or id, whether it is an embedded dummy-weight model)."""
+        if self._model is None:
+            if self.config.model:
+                self._model = (self.config.model, False)
+            else:
+                preset = models.PRESETS[self.config.preset]
+                self._model = (str(models.build(preset, self.config.cache_dir / "models")), True)
+        return self._model
+
+    def spec(self, profile: Profile) -> tuple[ServerSpec, EngineSettings, str]:
+        """The server spec a profile resolves to on this platform."""
+        platform = self.config.resolved_platform()
+        model, embedded = self.model()
+        settings = profiles.engine_settings(
+            profile, platform=platform, model_max_len=models.max_context(model)
+        )
+        args = dict(settings.args)
+        if embedded:
+            args.setdefault("load_format", "dummy")
+        spec = ServerSpec(model, tuple(profiles.to_argv(args)), dict(profile.env))
+        return spec, EngineSettings(args, settings.notes), platform
+
+    def get(self, profile: Profile) -> ServerHandle:
+        """A healthy server running ``profile``, booting it (and stopping another) if needed."""
+        if self._current and self._current.profile == profile:
+            self._current.check_alive()
+            return self._current
+        if profile.name in self._failed:
+            raise ServerError(f"profile {profile.name!r} failed to boot earlier:\n{self._failed[profile.name]}")
+        self.stop()
+        try:
+            self._current = self._start(profile)
+        except ServerError as exc:
+            self._failed[profile.name] = str(exc)
+            raise
+        return self._current
+
+    def _start(self, profile: Profile) -> ServerHandle:
+        spec, settings, platform = self.spec(profile)
+        if self.config.external_url:
+            server: VllmServer | ExternalServer = ExternalServer(self.config.external_url.rstrip("/"))
+            server.check_alive()
+            return ServerHandle(server.base_url, spec.model, profile, settings,
+                                tuple(spec.public_argv()), platform, None, server)
+        if platform == "cuda":
+            wait_for_gpu_memory(self.config.gpu_release_timeout_s, self.progress)
+        log = self.config.cache_dir / "logs" / f"{profile.name}-{int(time.time())}.log"
+        vllm = VllmServer(spec, log, self.config.boot_timeout_s)
+        for note in settings.notes:
+            self.progress(f"profile {profile.name}: {note}")
+        self.progress(f"booting vLLM ({platform}) for profile {profile.name!r}, log: {log}")
+        vllm.start(self.progress)
+        self.progress(f"profile {profile.name!r} ready at {vllm.base_url} in {vllm.boot_s:.0f}s")
+        return ServerHandle(vllm.base_url, spec.model, profile, settings,
+                            tuple(spec.public_argv()), platform, vllm.boot_s, vllm)
+
+    def stop(self) -> None:
+        current, self._current = self._current, None
+        if current and isinstance(current.server, VllmServer):
+            current.server.stop()
+
+
+def wait_for_gpu_memory(timeout_s: float, progress: Progress, settle_mib: int = 2048) -> None:
+    """Wait until the GPUs hold less than ``settle_mib`` MiB, so the next boot sees them free."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = subprocess.run(  # noqa: S603 - fixed argv
+            [smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, check=False,
+        ).stdout
+        used = [int(x) for x in out.split() if x.isdigit()]
+        if not used or max(used) < settle_mib or time.monotonic() > deadline:
+            return
+        progress(f"waiting for GPU memory to be released ({max(used)} MiB in use)")
+        time.sleep(2)

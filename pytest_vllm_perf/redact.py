@@ -1,0 +1,51 @@
+"""Keep secrets out of stored baselines and reports."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+SECRET_NAME = re.compile(r"(token|secret|passw|api[_-]?key|auth|credential)", re.IGNORECASE)
+SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,}|Bearer\s+\S+)")
+MASK = "***"
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_NAME.search(name)) and "max_tokens" not in name.lower()
+
+
+def value(text: str) -> str:
+    """Mask token-shaped substrings wherever they appear."""
+    return SECRET_VALUE.sub(MASK, text)
+
+
+def mapping(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy with secret-named keys masked, recursively."""
+    out: dict[str, Any] = {}
+    for key, item in values.items():
+        if is_secret_name(str(key)) and not isinstance(item, Mapping | bool | int | float):
+            out[key] = MASK
+        elif isinstance(item, Mapping):
+            out[key] = mapping(item)
+        elif isinstance(item, str):
+            out[key] = value(item)
+        else:
+            out[key] = item
+    return out
+
+
+def argv(args: Sequence[str]) -> list[str]:
+    """A command line with the values of secret flags masked (``--api-key X``)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in args:
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+        elif arg.startswith("--") and "=" in arg and is_secret_name(arg.split("=", 1)[0]):
+            out.append(arg.split("=", 1)[0] + "=" + MASK)
+        else:
+            out.append(value(arg))
+            hide_next = arg.startswith("--") and is_secret_name(arg)
+    return out
