@@ -13,6 +13,8 @@ def test_small_kv_cache_preempts(vllm_perf):
     assert outcome.result.metrics["kv_cache_usage_peak"] > 0.5
 
 
-@pytest.mark.vllm_perf(workload="kv_pressure", profile="roomy-kv", thresholds={"preemptions": 0}, **LOAD)
+@pytest.mark.vllm_perf(
+    workload="kv_pressure", profile="roomy-kv", thresholds={"preemptions": 0}, **LOAD
+)
 def test_roomy_kv_cache_does_not_preempt(vllm_perf):
     vllm_perf.run()

@@ -46,7 +46,10 @@ def gpu_names() -> tuple[str, ...]:
     try:
         out = subprocess.run(  # noqa: S603 - fixed argv, no shell
             [smi, "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return ()

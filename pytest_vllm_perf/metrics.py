@@ -7,6 +7,7 @@ honest count; KV usage and the waiting queue are gauges, sampled during the run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -106,7 +107,5 @@ async def sample_until(
                 running=first(values, RUNNING),
             )
         )
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval_s)
-        except TimeoutError:
-            pass

@@ -107,7 +107,7 @@ def _train_tokenizer(vocab_size: int, folder: Path) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     vocab = words(vocab_size - len(SPECIAL_TOKENS))
-    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))  # noqa: S106
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
     trainer = trainers.WordLevelTrainer(

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from pytest_vllm_perf import profiles, report, server, workload
+from pytest_vllm_perf import profiles, report, server
 from pytest_vllm_perf import thresholds as slo
+from pytest_vllm_perf import workload as workloads
 from pytest_vllm_perf.pool import PoolConfig, ServerHandle, ServerPool
+from pytest_vllm_perf.prompts import PromptError
 from pytest_vllm_perf.session import Outcome, measure, merged_thresholds
 
 POOL = pytest.StashKey[ServerPool]()
@@ -23,14 +25,39 @@ MARKER_KEYS = frozenset({"workload", "thresholds", "profile"})
 
 # (option, ini name, help, default); each option has an ini twin of the same name.
 OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
-    ("--vllm-profile", "vllm_profile", "tuning profile(s), comma separated: default,chunked", "default"),
-    ("--vllm-profiles-dir", "vllm_profiles_dir", "folder of profile YAML files [rootdir/profiles]", None),
-    ("--vllm-model", "vllm_model", "model id or folder to serve [an embedded dummy-weight model]", None),
+    (
+        "--vllm-profile",
+        "vllm_profile",
+        "tuning profile(s), comma separated: default,chunked",
+        "default",
+    ),
+    (
+        "--vllm-profiles-dir",
+        "vllm_profiles_dir",
+        "folder of profile YAML files [rootdir/profiles]",
+        None,
+    ),
+    (
+        "--vllm-model",
+        "vllm_model",
+        "model id or folder to serve [an embedded dummy-weight model]",
+        None,
+    ),
     ("--vllm-model-preset", "vllm_model_preset", "embedded model shape: tiny or llama-8b", "tiny"),
     ("--vllm-url", "vllm_url", "measure an already running server instead of starting one", None),
     ("--vllm-platform", "vllm_platform", "auto, cpu or cuda", "auto"),
-    ("--vllm-boot-timeout", "vllm_boot_timeout", "seconds a server may take to become healthy", "600"),
-    ("--vllm-cache-dir", "vllm_cache_dir", "models and server logs [rootdir/.vllm-perf-cache]", None),
+    (
+        "--vllm-boot-timeout",
+        "vllm_boot_timeout",
+        "seconds a server may take to become healthy",
+        "600",
+    ),
+    (
+        "--vllm-cache-dir",
+        "vllm_cache_dir",
+        "models and server logs [rootdir/.vllm-perf-cache]",
+        None,
+    ),
 )
 
 
@@ -60,7 +87,9 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[OUTCOMES] = []
     profiles_dir = _path(config, "vllm_profiles_dir", "profiles")
-    names = [n.strip() for n in (option(config, "vllm_profile") or "default").split(",") if n.strip()]
+    names = [
+        n.strip() for n in (option(config, "vllm_profile") or "default").split(",") if n.strip()
+    ]
     if config.getoption("vllm_profile") is not None or config.getini("vllm_profile") != "default":
         for name in names:
             _load_profile(name, profiles_dir)  # fail before anything boots
@@ -121,8 +150,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _marker(node: pytest.Item | pytest.FixtureRequest) -> Mapping[str, Any]:
-    mark = node.node.get_closest_marker("vllm_perf") if isinstance(
-        node, pytest.FixtureRequest) else node.get_closest_marker("vllm_perf")
+    mark = (
+        node.node.get_closest_marker("vllm_perf")
+        if isinstance(node, pytest.FixtureRequest)
+        else node.get_closest_marker("vllm_perf")
+    )
     if mark is None:
         return {}
     if mark.args:
@@ -135,13 +167,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     mark = metafunc.definition.get_closest_marker("vllm_perf")
     pinned = mark.kwargs.get("profile") if mark else None
-    names = [pinned] if isinstance(pinned, str) else list(pinned or metafunc.config.stash[SELECTED])
+    selected: list[str] = metafunc.config.stash[SELECTED]
+    names = [pinned] if isinstance(pinned, str) else list(pinned or selected)
     metafunc.parametrize("vllm_profile", names, indirect=True, ids=names)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group perf tests by profile (stable), so each server boots once per session."""
-    order = {name: i for i, name in enumerate(config.stash[SELECTED])}
+    selected: list[str] = config.stash[SELECTED]
+    order = {name: i for i, name in enumerate(selected)}
 
     def key(item: pytest.Item) -> tuple[int, str]:
         callspec = getattr(item, "callspec", None)
@@ -177,20 +211,22 @@ class PerfRunner:
         self.server = handle
         self.outcomes: list[Outcome] = []
 
-    def workload(self, spec: str | workload.Workload | None = None, **overrides: Any) -> workload.Workload:
+    def workload(
+        self, spec: str | workloads.Workload | None = None, **overrides: Any
+    ) -> workloads.Workload:
         """The workload this test runs: argument, else marker, else ``mixed``; with overrides."""
         marker = _marker(self._request)
         spec = spec or marker.get("workload") or "mixed"
-        base = workload.named(spec) if isinstance(spec, str) else spec
+        base = workloads.named(spec) if isinstance(spec, str) else spec
         marker_overrides = {k: v for k, v in marker.items() if k not in MARKER_KEYS}
         try:
             return base.override({**marker_overrides, **overrides})
-        except workload.WorkloadError as exc:
+        except workloads.WorkloadError as exc:
             pytest.fail(str(exc), pytrace=False)
 
     def run(
         self,
-        spec: str | workload.Workload | None = None,
+        spec: str | workloads.Workload | None = None,
         *,
         thresholds: Mapping[str, float] | None = None,
         **overrides: Any,
@@ -208,7 +244,7 @@ class PerfRunner:
         test_id = self._request.node.nodeid.split("[")[0]
         try:
             outcome = measure(test_id, self.server, load, limits, progress)
-        except server.ServerError as exc:
+        except (server.ServerError, PromptError) as exc:
             pytest.fail(str(exc), pytrace=False)
         self._request.config.stash[OUTCOMES].append(outcome)
         self.outcomes.append(outcome)

@@ -7,7 +7,9 @@ boot failed is remembered, so its other tests fail at once instead of rebooting.
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +92,9 @@ class ServerPool:
             self._current.check_alive()
             return self._current
         if profile.name in self._failed:
-            raise ServerError(f"profile {profile.name!r} failed to boot earlier:\n{self._failed[profile.name]}")
+            raise ServerError(
+                f"profile {profile.name!r} failed to boot earlier:\n{self._failed[profile.name]}"
+            )
         self.stop()
         try:
             self._current = self._start(profile)
@@ -100,12 +104,9 @@ class ServerPool:
         return self._current
 
     def _start(self, profile: Profile) -> ServerHandle:
-        spec, settings, platform = self.spec(profile)
         if self.config.external_url:
-            server: VllmServer | ExternalServer = ExternalServer(self.config.external_url.rstrip("/"))
-            server.check_alive()
-            return ServerHandle(server.base_url, spec.model, profile, settings,
-                                tuple(spec.public_argv()), platform, None, server)
+            return self._attach(profile)
+        spec, settings, platform = self.spec(profile)
         if platform == "cuda":
             wait_for_gpu_memory(self.config.gpu_release_timeout_s, self.progress)
         log = self.config.cache_dir / "logs" / f"{profile.name}-{int(time.time())}.log"
@@ -115,13 +116,39 @@ class ServerPool:
         self.progress(f"booting vLLM ({platform}) for profile {profile.name!r}, log: {log}")
         vllm.start(self.progress)
         self.progress(f"profile {profile.name!r} ready at {vllm.base_url} in {vllm.boot_s:.0f}s")
-        return ServerHandle(vllm.base_url, spec.model, profile, settings,
-                            tuple(spec.public_argv()), platform, vllm.boot_s, vllm)
+        return ServerHandle(
+            vllm.base_url,
+            spec.model,
+            profile,
+            settings,
+            tuple(spec.public_argv()),
+            platform,
+            vllm.boot_s,
+            vllm,
+        )
+
+    def _attach(self, profile: Profile) -> ServerHandle:
+        """Measure a server someone else started; its model is whatever it serves."""
+        server = ExternalServer(self.config.external_url.rstrip("/"))  # type: ignore[union-attr]
+        server.check_alive()
+        model = self.config.model or served_model(server.base_url)
+        settings = EngineSettings({}, ("external server: engine settings are not managed",))
+        platform = self.config.resolved_platform()
+        return ServerHandle(server.base_url, model, profile, settings, (), platform, None, server)
 
     def stop(self) -> None:
         current, self._current = self._current, None
         if current and isinstance(current.server, VllmServer):
             current.server.stop()
+
+
+def served_model(base_url: str) -> str:
+    """The first model id a running server lists under ``/v1/models``."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/v1/models", timeout=10) as resp:  # noqa: S310
+            return str(json.load(resp)["data"][0]["id"])
+    except (OSError, KeyError, IndexError, ValueError) as exc:
+        raise ServerError(f"{base_url}/v1/models names no model: {exc}") from exc
 
 
 def wait_for_gpu_memory(timeout_s: float, progress: Progress, settle_mib: int = 2048) -> None:
@@ -136,7 +163,9 @@ def wait_for_gpu_memory(timeout_s: float, progress: Progress, settle_mib: int = 
     while True:
         out = subprocess.run(  # noqa: S603 - fixed argv
             [smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         ).stdout
         used = [int(x) for x in out.split() if x.isdigit()]
         if not used or max(used) < settle_mib or time.monotonic() > deadline:

@@ -18,7 +18,9 @@ import yaml
 
 from pytest_vllm_perf.thresholds import validate_thresholds
 
-PROFILE_KEYS = frozenset({"description", "extends", "engine", "env", "cpu", "thresholds", "tolerances"})
+PROFILE_KEYS = frozenset(
+    {"description", "extends", "engine", "env", "cpu", "thresholds", "tolerances"}
+)
 EngineValue = str | int | float | bool | list[Any] | dict[str, Any] | None
 
 # Engine settings that only mean something on a GPU; the CPU engine ignores them by design.
@@ -103,7 +105,11 @@ def _load(name: str, profiles_dir: Path, chain: tuple[str, ...]) -> Profile:
         )
     raw = _read_yaml(path)
     parent = raw.get("extends")
-    base = _load(_expect(path, "extends", parent, str), profiles_dir, (*chain, name)) if parent else None
+    base = (
+        _load(_expect(path, "extends", parent, str), profiles_dir, (*chain, name))
+        if parent
+        else None
+    )
     return _merge(name, path, raw, base)
 
 

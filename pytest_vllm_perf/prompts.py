@@ -17,6 +17,10 @@ from pytest_vllm_perf.models import words
 POOL_WORDS = 2000
 
 
+class PromptError(RuntimeError):
+    """The server could not tokenize for us, so no exact-length prompt can be made."""
+
+
 @dataclass(frozen=True)
 class PromptFactory:
     """Draws prompts from a pool of the model's own token ids and words."""
@@ -40,8 +44,10 @@ async def build(session: aiohttp.ClientSession, base_url: str, model: str) -> Pr
     pool = words(POOL_WORDS)
     body = {"model": model, "prompt": " ".join(pool), "add_special_tokens": False}
     async with session.post(f"{base_url}/tokenize", json=body) as resp:
-        resp.raise_for_status()
+        if resp.status != 200:
+            text = (await resp.text())[:300]
+            raise PromptError(f"{base_url}/tokenize for model {model!r}: HTTP {resp.status} {text}")
         tokens = [int(t) for t in (await resp.json())["tokens"]]
     if not tokens:
-        raise RuntimeError(f"{base_url}/tokenize returned no tokens")
+        raise PromptError(f"{base_url}/tokenize returned no tokens for model {model!r}")
     return PromptFactory(tuple(sorted(set(tokens))), tuple(pool), len(tokens) / len(pool))

@@ -40,7 +40,10 @@ class RunResult:
 
 
 def summarize(
-    workload: Workload, records: Sequence[RequestRecord], duration_s: float, counters: dict[str, float]
+    workload: Workload,
+    records: Sequence[RequestRecord],
+    duration_s: float,
+    counters: dict[str, float],
 ) -> dict[str, float]:
     """Flat metrics: all requests unprefixed, each class as ``cls.metric``, server counters."""
     out = stats.summarize(records, duration_s)
@@ -127,7 +130,11 @@ async def run(
     counters = timeline.counters()
     records = tuple(sorted(state.records, key=lambda r: r.start))
     return RunResult(
-        workload, records, duration, counters, tuple(timeline.samples),
+        workload,
+        records,
+        duration,
+        counters,
+        tuple(timeline.samples),
         summarize(workload, records, duration, counters),
     )
 
@@ -153,7 +160,9 @@ async def _drive(state: _Run) -> None:
     await asyncio.gather(*jobs)
 
 
-async def _report(state: _Run, stop: asyncio.Event, progress: Progress | None, every: float) -> None:
+async def _report(
+    state: _Run, stop: asyncio.Event, progress: Progress | None, every: float
+) -> None:
     if progress is None:
         return
     while not stop.is_set():

@@ -30,8 +30,13 @@ LOG_TAIL_LINES = 30
 _LIVE: set[VllmServer] = set()
 
 # The engine must not reach for a model hub or phone home; the network is not ours.
-QUIET_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-             "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}
+QUIET_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "PYTHONUNBUFFERED": "1",
+}
 
 
 class ServerError(RuntimeError):
@@ -51,8 +56,16 @@ class ServerSpec:
 
     def argv(self, port: int) -> list[str]:
         return [
-            self.python, "-m", "pytest_vllm_perf.launch", "serve", self.model,
-            "--host", self.host, "--port", str(port), *self.engine_argv,
+            self.python,
+            "-m",
+            "pytest_vllm_perf.launch",
+            "serve",
+            self.model,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            *self.engine_argv,
         ]
 
     def public_argv(self) -> list[str]:
@@ -97,8 +110,12 @@ class VllmServer:
         env = {**os.environ, **QUIET_ENV, **self.spec.env}
         started = time.monotonic()
         self.process = subprocess.Popen(  # noqa: S603 - argv list, never a shell
-            self.spec.argv(self.port), stdout=self._log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+            self.spec.argv(self.port),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
         )
         _LIVE.add(self)
         try:

