@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import signal
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -10,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_vllm_perf import profiles, report, server
+from pytest_vllm_perf import baseline, gate, profiles, report, server
 from pytest_vllm_perf import thresholds as slo
 from pytest_vllm_perf import workload as workloads
 from pytest_vllm_perf.pool import PoolConfig, ServerHandle, ServerPool
@@ -21,43 +23,25 @@ POOL = pytest.StashKey[ServerPool]()
 OUTCOMES = pytest.StashKey[list[Outcome]]()
 SELECTED = pytest.StashKey[list[str]]()
 PERF_FIXTURES = ("vllm_perf", "vllm_server")
-MARKER_KEYS = frozenset({"workload", "thresholds", "profile"})
+MARKER_KEYS = frozenset({"workload", "thresholds", "tolerances", "profile"})
 
-# (option, ini name, help, default); each option has an ini twin of the same name.
+# (option, ini twin, help, ini default): the command line wins over the ini file.
 OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
-    (
-        "--vllm-profile",
-        "vllm_profile",
-        "tuning profile(s), comma separated: default,chunked",
-        "default",
-    ),
-    (
-        "--vllm-profiles-dir",
-        "vllm_profiles_dir",
-        "folder of profile YAML files [rootdir/profiles]",
-        None,
-    ),
-    (
-        "--vllm-model",
-        "vllm_model",
-        "model id or folder to serve [an embedded dummy-weight model]",
-        None,
-    ),
-    ("--vllm-model-preset", "vllm_model_preset", "embedded model shape: tiny or llama-8b", "tiny"),
-    ("--vllm-url", "vllm_url", "measure an already running server instead of starting one", None),
+    ("--vllm-profile", "vllm_profile", "tuning profile(s), comma separated", "default"),
+    ("--vllm-profiles-dir", "vllm_profiles_dir", "profile YAML folder [rootdir/profiles]", None),
+    ("--vllm-model", "vllm_model", "model id or folder [embedded dummy-weight model]", None),
+    ("--vllm-model-preset", "vllm_model_preset", "embedded model: tiny or llama-8b", "tiny"),
+    ("--vllm-url", "vllm_url", "measure a running server instead of starting one", None),
     ("--vllm-platform", "vllm_platform", "auto, cpu or cuda", "auto"),
-    (
-        "--vllm-boot-timeout",
-        "vllm_boot_timeout",
-        "seconds a server may take to become healthy",
-        "600",
-    ),
-    (
-        "--vllm-cache-dir",
-        "vllm_cache_dir",
-        "models and server logs [rootdir/.vllm-perf-cache]",
-        None,
-    ),
+    ("--vllm-boot-timeout", "vllm_boot_timeout", "seconds a server may take to boot", "600"),
+    ("--vllm-cache-dir", "vllm_cache_dir", "models and logs [rootdir/.vllm-perf-cache]", None),
+    ("--vllm-baseline-dir", "vllm_baseline_dir", "baseline store [rootdir/.vllm-perf]", None),
+    ("--vllm-json", "vllm_json", "write all results as JSON to this path", None),
+    ("--vllm-markdown", "vllm_markdown", "write a Markdown summary to this path", None),
+)
+FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("--vllm-save-baseline", "vllm_save_baseline", "store each result as the new baseline"),
+    ("--vllm-require-baseline", "vllm_require_baseline", "fail perf tests with no baseline"),
 )
 
 
@@ -66,35 +50,61 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for flag, ini, help_text, default in OPTIONS:
         group.addoption(flag, dest=ini, default=None, help=f"{help_text} (ini: {ini})")
         parser.addini(ini, help_text, default=default)
+    for flag, ini, help_text in FLAGS:
+        group.addoption(flag, dest=ini, action="store_true", default=None, help=help_text)
+        parser.addini(ini, help_text, type="bool", default=False)
+    parser.addini("vllm_tolerances", "regression tolerances, lines of METRIC=FRACTION", "linelist")
 
 
 def option(config: pytest.Config, name: str) -> str | None:
-    """The command-line value, else the ini value: the command line always wins."""
+    """The command-line value, else the ini value."""
     value = config.getoption(name)
     if value is None:
         value = config.getini(name) or None
     return None if value is None else str(value)
 
 
+def flag(config: pytest.Config, name: str) -> bool:
+    value = config.getoption(name)
+    return bool(config.getini(name) if value is None else value)
+
+
 def _path(config: pytest.Config, name: str, default: str) -> Path:
     return Path(config.rootpath, option(config, name) or default)
+
+
+def ini_tolerances(config: pytest.Config) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in config.getini("vllm_tolerances"):
+        key, sep, value = str(line).partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise pytest.UsageError(f"vllm_tolerances: expected METRIC=FRACTION, got {line!r}")
+    try:
+        gate.validate_tolerances(out)
+    except ValueError as exc:
+        raise pytest.UsageError(f"vllm_tolerances: {exc}") from None
+    return out
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "vllm_perf(workload=NAME, thresholds={...}, profile=NAME, **overrides): a vLLM perf test",
+        "vllm_perf(workload=NAME, thresholds={...}, tolerances={...}, profile=NAME, "
+        "**overrides): a vLLM perf test",
     )
     config.stash[OUTCOMES] = []
     profiles_dir = _path(config, "vllm_profiles_dir", "profiles")
-    names = [
-        n.strip() for n in (option(config, "vllm_profile") or "default").split(",") if n.strip()
-    ]
+    names = [n.strip() for n in (option(config, "vllm_profile") or "").split(",") if n.strip()]
+    names = names or ["default"]
     if config.getoption("vllm_profile") is not None or config.getini("vllm_profile") != "default":
         for name in names:
             _load_profile(name, profiles_dir)  # fail before anything boots
+    ini_tolerances(config)
     config.stash[SELECTED] = names
-    progress = _progress_writer(config)
     config.stash[POOL] = ServerPool(
         PoolConfig(
             profiles_dir=profiles_dir,
@@ -105,7 +115,7 @@ def pytest_configure(config: pytest.Config) -> None:
             boot_timeout_s=float(option(config, "vllm_boot_timeout") or 600),
             external_url=option(config, "vllm_url"),
         ),
-        progress,
+        _progress_writer(config),
     )
     _stop_servers_on_sigterm()
 
@@ -149,12 +159,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         pool.stop()
 
 
-def _marker(node: pytest.Item | pytest.FixtureRequest) -> Mapping[str, Any]:
-    mark = (
-        node.node.get_closest_marker("vllm_perf")
-        if isinstance(node, pytest.FixtureRequest)
-        else node.get_closest_marker("vllm_perf")
-    )
+def _marker(request: pytest.FixtureRequest) -> Mapping[str, Any]:
+    mark = request.node.get_closest_marker("vllm_perf")
     if mark is None:
         return {}
     if mark.args:
@@ -204,7 +210,7 @@ def vllm_server(request: pytest.FixtureRequest, vllm_profile: profiles.Profile) 
 
 
 class PerfRunner:
-    """The ``vllm_perf`` fixture: run a workload, record it, enforce its thresholds."""
+    """The ``vllm_perf`` fixture: run a workload, check thresholds, gate on the baseline."""
 
     def __init__(self, request: pytest.FixtureRequest, handle: ServerHandle) -> None:
         self._request = request
@@ -217,9 +223,9 @@ class PerfRunner:
         """The workload this test runs: argument, else marker, else ``mixed``; with overrides."""
         marker = _marker(self._request)
         spec = spec or marker.get("workload") or "mixed"
-        base = workloads.named(spec) if isinstance(spec, str) else spec
         marker_overrides = {k: v for k, v in marker.items() if k not in MARKER_KEYS}
         try:
+            base = workloads.named(spec) if isinstance(spec, str) else spec
             return base.override({**marker_overrides, **overrides})
         except workloads.WorkloadError as exc:
             pytest.fail(str(exc), pytrace=False)
@@ -229,36 +235,68 @@ class PerfRunner:
         spec: str | workloads.Workload | None = None,
         *,
         thresholds: Mapping[str, float] | None = None,
+        tolerances: Mapping[str, float] | None = None,
         **overrides: Any,
     ) -> Outcome:
-        """Measure and check; fails the test listing every threshold when one is broken."""
+        """Measure, check thresholds and the baseline; fail listing everything that broke."""
         load = self.workload(spec, **overrides)
+        marker = _marker(self._request)
         limits = merged_thresholds(
-            self.server.profile.thresholds, _marker(self._request).get("thresholds"), thresholds
+            self.server.profile.thresholds, marker.get("thresholds"), thresholds
         )
+        tol = {
+            **ini_tolerances(self._request.config),
+            **self.server.profile.tolerances,
+            **(marker.get("tolerances") or {}),
+            **(tolerances or {}),
+        }
         try:
             slo.validate_thresholds(limits)
+            gate.validate_tolerances(tol)
         except ValueError as exc:
             pytest.fail(str(exc), pytrace=False)
-        progress = self._request.config.stash[POOL].progress
-        test_id = self._request.node.nodeid.split("[")[0]
-        try:
-            outcome = measure(test_id, self.server, load, limits, progress)
-        except (server.ServerError, PromptError) as exc:
-            pytest.fail(str(exc), pytrace=False)
+        outcome = self._measure(load, limits)
+        outcome = dataclasses.replace(outcome, gate=self._gate(outcome, tol))
         self._request.config.stash[OUTCOMES].append(outcome)
         self.outcomes.append(outcome)
-        if not outcome.passed:
-            pytest.fail(_failure(outcome), pytrace=False)
+        problems = _problems(outcome, flag(self._request.config, "vllm_require_baseline"))
+        if problems:
+            pytest.fail("\n\n".join(problems), pytrace=False)
         return outcome
 
+    def _measure(self, load: workloads.Workload, limits: Mapping[str, float]) -> Outcome:
+        config = self._request.config
+        test_id = self._request.node.nodeid.split("[")[0]
+        if self.outcomes:
+            test_id += f"#{len(self.outcomes) + 1}"
+        try:
+            return measure(test_id, self.server, load, limits, config.stash[POOL].progress)
+        except (server.ServerError, PromptError) as exc:
+            pytest.fail(str(exc), pytrace=False)
 
-def _failure(outcome: Outcome) -> str:
-    text = slo.failure_message(list(outcome.checks))
-    errors = {r.error for r in outcome.result.failures}
-    if errors:
-        text += "\n  request errors: " + "; ".join(sorted(str(e) for e in errors)[:5])
-    return text
+    def _gate(self, outcome: Outcome, tol: Mapping[str, float]) -> gate.GateResult:
+        config = self._request.config
+        root = _path(config, "vllm_baseline_dir", ".vllm-perf")
+        try:
+            return gate.evaluate(outcome, root, tol, save=flag(config, "vllm_save_baseline"))
+        except baseline.BaselineError as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+
+def _problems(outcome: Outcome, require_baseline: bool) -> list[str]:
+    problems = []
+    if not outcome.passed:
+        text = slo.failure_message(list(outcome.checks))
+        errors = sorted({str(r.error) for r in outcome.result.failures})
+        if errors:
+            text += "\n  request errors: " + "; ".join(errors[:5])
+        problems.append(text)
+    result = outcome.gate
+    if result and result.regressions:
+        problems.append(gate.regression_message(result))
+    if result and require_baseline and result.status in (gate.MISSING, gate.OTHER_HARDWARE):
+        problems.append(f"--vllm-require-baseline: {result.note}")
+    return problems
 
 
 @pytest.fixture
@@ -274,3 +312,15 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.section("vLLM perf summary")
     for line in report.summary_lines(outcomes):
         terminalreporter.write_line(line)
+    for line in report.gate_notes(outcomes):
+        terminalreporter.write_line(line)
+    for line in report.comparison_lines(outcomes):
+        terminalreporter.write_line(line)
+    written = report.write_files(
+        outcomes,
+        json_path=option(config, "vllm_json"),
+        markdown_path=option(config, "vllm_markdown"),
+        step_summary=os.environ.get("GITHUB_STEP_SUMMARY"),
+    )
+    for path in written:
+        terminalreporter.write_line(f"vLLM perf report written: {path}")

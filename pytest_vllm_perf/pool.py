@@ -50,6 +50,7 @@ class ServerHandle:
     platform: str
     boot_s: float | None
     server: VllmServer | ExternalServer
+    environment: hardware.Environment
 
     def check_alive(self) -> None:
         self.server.check_alive()
@@ -62,6 +63,12 @@ class ServerPool:
     _current: ServerHandle | None = None
     _failed: dict[str, str] = field(default_factory=dict)
     _model: tuple[str, bool] | None = None
+    _environment: hardware.Environment | None = None
+
+    def environment(self, platform: str) -> hardware.Environment:
+        if self._environment is None or self._environment.platform != platform:
+            self._environment = hardware.environment(platform)
+        return self._environment
 
     def model(self) -> tuple[str, bool]:
         """(model path or id, whether it is an embedded dummy-weight model)."""
@@ -125,6 +132,7 @@ class ServerPool:
             platform,
             vllm.boot_s,
             vllm,
+            self.environment(platform),
         )
 
     def _attach(self, profile: Profile) -> ServerHandle:
@@ -134,7 +142,17 @@ class ServerPool:
         model = self.config.model or served_model(server.base_url)
         settings = EngineSettings({}, ("external server: engine settings are not managed",))
         platform = self.config.resolved_platform()
-        return ServerHandle(server.base_url, model, profile, settings, (), platform, None, server)
+        return ServerHandle(
+            server.base_url,
+            model,
+            profile,
+            settings,
+            (),
+            platform,
+            None,
+            server,
+            self.environment(platform),
+        )
 
     def stop(self) -> None:
         current, self._current = self._current, None

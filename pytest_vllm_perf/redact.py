@@ -21,18 +21,24 @@ def value(text: str) -> str:
 
 
 def mapping(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy with secret-named keys masked, recursively."""
+    """A copy with secret-named keys masked, recursively through dicts and lists."""
     out: dict[str, Any] = {}
     for key, item in values.items():
-        if is_secret_name(str(key)) and not isinstance(item, Mapping | bool | int | float):
+        if is_secret_name(str(key)) and isinstance(item, str):
             out[key] = MASK
-        elif isinstance(item, Mapping):
-            out[key] = mapping(item)
-        elif isinstance(item, str):
-            out[key] = value(item)
         else:
-            out[key] = item
+            out[key] = _any(item)
     return out
+
+
+def _any(item: Any) -> Any:
+    if isinstance(item, Mapping):
+        return mapping(item)
+    if isinstance(item, list | tuple):
+        return [_any(x) for x in item]
+    if isinstance(item, str):
+        return value(item)
+    return item
 
 
 def argv(args: Sequence[str]) -> list[str]:

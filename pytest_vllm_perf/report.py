@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import os
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+from pytest_vllm_perf import redact
 from pytest_vllm_perf.session import Outcome
 
 COLUMNS = (
@@ -40,10 +46,175 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def summary_lines(outcomes: Sequence[Outcome]) -> list[str]:
     """One row per test and profile: the figures a perf reviewer looks at first."""
-    headers = ["test", "profile", *(c[0] for c in COLUMNS), "SLO"]
+    headers = ["test", "profile", *(c[0] for c in COLUMNS), "SLO", "verdict"]
     rows = []
     for o in outcomes:
         m = o.result.metrics
         cells = [fmt(m.get(key), pattern) for _, key, pattern in COLUMNS]
-        rows.append([o.test_id, o.profile, *cells, "pass" if o.passed else "FAIL"])
+        rows.append([o.test_id, o.profile, *cells, "pass" if o.passed else "FAIL", verdict(o)])
     return table(headers, rows)
+
+
+def verdict(outcome: Outcome) -> str:
+    return outcome.gate.summary() if outcome.gate else "-"
+
+
+def gate_notes(outcomes: Sequence[Outcome]) -> list[str]:
+    """Lines for outcomes whose baseline was missing, saved or not comparable."""
+    lines = []
+    for o in outcomes:
+        g = o.gate
+        if g is None:
+            continue
+        if g.status == "saved":
+            lines.append(f"baseline saved: {o.test_id} [{o.profile}] -> {g.path}")
+        elif g.note:
+            lines.append(f"{o.test_id} [{o.profile}]: {g.note}")
+        for v in g.verdicts:
+            if v.verdict != "unchanged":
+                lines.append(f"  {o.test_id} [{o.profile}] {v.describe()}")
+    return lines
+
+
+SIDE_BY_SIDE = (
+    ("TTFT p99", "ttft_p99_ms"),
+    ("ITL p99", "itl_p99_ms"),
+    ("worst stall", "itl_max_ms"),
+    ("TPOT", "tpot_mean_ms"),
+    ("out tok/s", "output_throughput"),
+)
+
+
+def comparison_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """For each test run under several profiles: ratios of each profile to the first."""
+    from pytest_vllm_perf import compare
+
+    by_test: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        by_test.setdefault(o.test_id, []).append(o)
+    lines: list[str] = []
+    for test_id, group in by_test.items():
+        if len({o.profile for o in group}) < 2:
+            continue
+        ref = group[0]
+        lines.append(f"{test_id}: profiles side by side (ratio to {ref.profile}; ~ = within noise)")
+        for other in group[1:]:
+            verdicts = {
+                v.metric: v
+                for v in compare.compare_samples(
+                    ref.result.records,
+                    ref.result.duration_s,
+                    other.result.records,
+                    other.result.duration_s,
+                    {},
+                )
+            }
+            parts = []
+            for label, key in SIDE_BY_SIDE:
+                a, b = ref.result.metrics.get(key), other.result.metrics.get(key)
+                if not a or b is None or math.isnan(a) or math.isnan(b):
+                    continue
+                v = verdicts.get(key)
+                noise = "~" if v and v.low <= 1 <= v.high else ""
+                parts.append(f"{label} x{b / a:.2f}{noise}")
+            lines.append(f"  {other.profile} vs {ref.profile}: " + ", ".join(parts))
+    return lines
+
+
+# Our metric names -> `vllm bench serve` result keys, for the same quantities.
+BENCH_SERVE_STATS = {
+    "mean": "mean",
+    "p50": "median",
+    "p90": "p90",
+    "p99": "p99",
+    "p999": "p99.9",
+    "max": "max",
+}
+
+
+def bench_serve_keys(metrics: dict[str, float]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key, value in metrics.items():
+        cls, _, name = key.rpartition(".")
+        parts = name.split("_")
+        if len(parts) == 3 and parts[2] == "ms" and parts[1] in BENCH_SERVE_STATS:
+            name = f"{BENCH_SERVE_STATS[parts[1]]}_{parts[0]}_ms"
+        clean = None if math.isnan(value) else (str(value) if math.isinf(value) else value)
+        out[f"{cls}.{name}" if cls else name] = clean  # type: ignore[assignment]
+    return out
+
+
+def to_json(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    results = []
+    for o in outcomes:
+        g = o.gate
+        results.append(
+            {
+                "test": o.test_id,
+                "profile": o.profile,
+                "profile_settings": o.handle.profile.to_dict(),
+                "engine_argv": list(o.handle.argv),
+                "engine_notes": list(o.handle.settings.notes),
+                "environment": {**o.handle.environment.to_dict(), "model": o.handle.model},
+                "workload": o.result.workload.to_dict(),
+                "duration": round(o.result.duration_s, 3),
+                "metrics": bench_serve_keys(o.result.metrics),
+                "thresholds": [
+                    {"key": c.key, "limit": c.limit, "measured": c.measured, "passed": c.passed}
+                    for c in o.checks
+                ],
+                "baseline": None
+                if g is None
+                else {
+                    "status": g.status,
+                    "path": str(g.path),
+                    "verdict": g.summary(),
+                    "changes": list(g.changes),
+                    "note": g.note,
+                    "verdicts": [dataclasses.asdict(v) for v in g.verdicts],
+                },
+            }
+        )
+    return redact.mapping({"results": results})
+
+
+def markdown(outcomes: Sequence[Outcome]) -> str:
+    headers = ["test", "profile", *(c[0] for c in COLUMNS), "SLO", "verdict"]
+    lines = ["## vLLM perf", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for o in outcomes:
+        m = o.result.metrics
+        cells = [fmt(m.get(key), pattern) for _, key, pattern in COLUMNS]
+        row = [f"`{o.test_id}`", o.profile, *cells, "pass" if o.passed else "**FAIL**", verdict(o)]
+        lines.append("| " + " | ".join(row) + " |")
+    notes = gate_notes(outcomes) + comparison_lines(outcomes)
+    if notes:
+        lines += ["", "```", *notes, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def write_files(
+    outcomes: Sequence[Outcome],
+    json_path: str | None,
+    markdown_path: str | None,
+    step_summary: str | None,
+) -> list[str]:
+    """Write the requested reports; the Markdown also goes to the GitHub job summary."""
+    written = []
+    if json_path:
+        _atomic_write(Path(json_path), json.dumps(to_json(outcomes), indent=1, sort_keys=True))
+        written.append(json_path)
+    text = markdown(outcomes) if (markdown_path or step_summary) else ""
+    if markdown_path:
+        _atomic_write(Path(markdown_path), text)
+        written.append(markdown_path)
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    return written
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text + ("" if text.endswith("\n") else "\n"), encoding="utf-8")
+    os.replace(tmp, path)

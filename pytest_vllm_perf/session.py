@@ -10,13 +10,16 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_vllm_perf import runner, thresholds
 from pytest_vllm_perf.pool import ServerHandle
 from pytest_vllm_perf.runner import RunResult
 from pytest_vllm_perf.thresholds import Check
 from pytest_vllm_perf.workload import Workload
+
+if TYPE_CHECKING:
+    from pytest_vllm_perf.gate import GateResult
 
 DEFAULT_THRESHOLDS: Mapping[str, float] = {"failed": 0}
 
@@ -30,6 +33,7 @@ class Outcome:
     result: RunResult
     checks: tuple[Check, ...]
     handle: ServerHandle
+    gate: GateResult | None = None
 
     @property
     def passed(self) -> bool:

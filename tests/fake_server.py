@@ -27,10 +27,14 @@ class FakeVllm:
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/v1/completions", self.complete)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/v1/models", self.models)
         return app
 
     async def health(self, _request: web.Request) -> web.Response:
         return web.Response(text="")
+
+    async def models(self, _request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "fake-model"}]})
 
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -1,0 +1,127 @@
+"""Baselines and regression verdicts through the plugin (fake server: fast and controllable).
+tests/test_engine_baseline.py shows the same situations on the real engine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+PERF_TEST = """
+import pytest
+
+@pytest.mark.vllm_perf(workload="mixed", duration_s=2, warmup_requests=1,
+                       chat={"users": 4, "output_tokens": 8},
+                       long={"rate": 4.0, "prompt_tokens": 64, "output_tokens": 4})
+def test_perf(vllm_perf):
+    vllm_perf.run()
+"""
+
+
+@pytest.fixture
+def project(perf_project, fake_vllm):
+    perf_project.makepyfile(PERF_TEST)
+    (perf_project.path / "profiles" / "p.yaml").write_text(
+        "extends: default\nenv: {HF_TOKEN: hf_supersecretvalue1}\n"
+    )
+    return perf_project
+
+
+def run(project, fake, *args):
+    return project.runpytest_inprocess(
+        f"--vllm-url={fake.url}", "--vllm-profile=p", "-p", "no:cacheprovider", *args
+    )
+
+
+def stored(project) -> list:
+    return sorted((project.path / ".vllm-perf").rglob("*.json"))
+
+
+def test_missing_baseline_is_reported_not_failed(project, fake_vllm):
+    result = run(project, fake_vllm)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_perf*p*pass*no baseline*", "*no baseline at *p.json*"])
+
+
+def test_require_baseline_fails_when_missing(project, fake_vllm):
+    result = run(project, fake_vllm, "--vllm-require-baseline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*--vllm-require-baseline: no baseline at*"])
+
+
+def test_save_then_unchanged_rerun_passes(project, fake_vllm):
+    run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
+    [path] = stored(project)
+    data = json.loads(path.read_text())
+    assert data["test"] == "test_save_then_unchanged_rerun_passes.py::test_perf"
+    assert data["profile"]["name"] == "p"
+    assert len(data["samples"]["records"]) == data["metrics"]["completed"]
+    assert data["environment"]["hardware_class"].startswith("cpu: ")
+    assert data["commit_info"] is not None and "workload_hash" in data
+    assert "hf_supersecretvalue1" not in path.read_text()
+    assert data["profile"]["env"]["HF_TOKEN"] == "***"
+    result = run(project, fake_vllm, "--vllm-require-baseline")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "regressed" not in out
+
+
+def test_regression_fails_with_metric_and_profile_diff(project, fake_vllm):
+    run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
+    fake_vllm.delay_s *= 4  # every token now takes four times as long
+    (project.path / "profiles" / "p.yaml").write_text(
+        "extends: default\nengine: {max_num_seqs: 1}\n"
+    )
+    result = run(project, fake_vllm)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*vLLM perf regression against*p.json*",
+            "*>> itl_p50_ms:*regressed*",
+            "*changed since the baseline:*",
+            "*profile engine.max_num_seqs (unset) -> 1*",
+        ]
+    )
+
+
+def test_corrupt_baseline_is_an_error_and_left_untouched(project, fake_vllm):
+    run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
+    [path] = stored(project)
+    path.write_text('{"schema": 1, "samples": ')
+    result = run(project, fake_vllm)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*corrupt vLLM perf baseline {path}*"])
+    assert path.read_text() == '{"schema": 1, "samples": '
+
+
+def test_other_hardware_is_not_compared(project, fake_vllm):
+    run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
+    [path] = stored(project)
+    hw_dir = path.parent.parent
+    hw_dir.rename(hw_dir.with_name("1x-nvidia-h200"))
+    result = run(project, fake_vllm)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*baselines exist only for other hardware (1x-nvidia-h200)*"])
+
+
+def test_json_and_markdown_reports(project, fake_vllm, monkeypatch):
+    summary = project.path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = run(project, fake_vllm, "--vllm-json=out/r.json", "--vllm-markdown=out/r.md")
+    result.assert_outcomes(passed=1)
+    data = json.loads((project.path / "out" / "r.json").read_text())
+    [entry] = data["results"]
+    for key in ("completed", "median_ttft_ms", "p99_itl_ms", "mean_tpot_ms", "output_throughput"):
+        assert key in entry["metrics"], key
+    assert entry["baseline"]["status"] == "no baseline"
+    assert "hf_supersecretvalue1" not in (project.path / "out" / "r.json").read_text()
+    md = (project.path / "out" / "r.md").read_text()
+    assert "| test | profile |" in md and "no baseline" in md
+    assert summary.read_text() == md
+
+
+def test_tolerance_keys_are_validated(project, fake_vllm):
+    project.makeini("[pytest]\nvllm_tolerances =\n    itl_p98_ms=0.2\n")
+    result = run(project, fake_vllm)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown tolerance 'itl_p98_ms'*"])

@@ -1,0 +1,63 @@
+"""The regression gate on the real engine: missing baseline, unchanged rerun, regression."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_vllm_perf.pool import PoolConfig, ServerPool
+from pytest_vllm_perf.profiles import load
+from tests.engine import require_engine
+
+pytestmark = pytest.mark.engine
+REPO = Path(__file__).resolve().parent.parent
+PERF_TEST = """
+import pytest
+
+@pytest.mark.vllm_perf(workload="mixed", duration_s=10, warmup_requests=2,
+                       chat={"users": 4, "output_tokens": 32},
+                       long={"rate": 0.5, "prompt_tokens": 512, "output_tokens": 4})
+def test_gate(vllm_perf):
+    vllm_perf.run()
+"""
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory):
+    require_engine()
+    pool = ServerPool(PoolConfig(REPO / "profiles", tmp_path_factory.mktemp("cache")), print)
+    yield pool.get(load("default", REPO / "profiles")).base_url
+    pool.stop()
+
+
+def test_missing_then_saved_then_unchanged(server_url, perf_project):
+    perf_project.makepyfile(PERF_TEST)
+    args = (f"--vllm-url={server_url}", "-p", "no:cacheprovider")
+    missing = perf_project.runpytest_subprocess(*args)
+    missing.assert_outcomes(passed=1)
+    missing.stdout.fnmatch_lines(["*test_gate*default*pass*no baseline*"])
+    perf_project.runpytest_subprocess(*args, "--vllm-save-baseline").assert_outcomes(passed=1)
+    assert list((perf_project.path / ".vllm-perf").rglob("default.json"))
+    again = perf_project.runpytest_subprocess(*args, "--vllm-require-baseline")
+    again.assert_outcomes(passed=1)
+    again.stdout.re_match_lines([r".*test_gate.*default.*pass\s+(unchanged|improved|inconclusive)"])
+
+
+def test_worse_profile_is_a_regression_naming_metric_and_diff(perf_project):
+    require_engine()
+    perf_project.makepyfile(PERF_TEST)
+    profile = perf_project.path / "profiles" / "gate.yaml"
+    profile.write_text("engine: {max_model_len: 2048}\n")
+    args = ("--vllm-profile=gate", "-p", "no:cacheprovider")
+    perf_project.runpytest_subprocess(*args, "--vllm-save-baseline").assert_outcomes(passed=1)
+    profile.write_text("engine: {max_model_len: 2048, max_num_seqs: 1}\n")
+    result = perf_project.runpytest_subprocess(*args)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*vLLM perf regression against*gate.json*",
+            "*>> ttft_p50_ms:*regressed*",
+            "*profile engine.max_num_seqs (unset) -> 1*",
+        ]
+    )

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from pytest_vllm_perf import baseline
+
+
+def test_save_is_atomic_and_stable(tmp_path):
+    path = tmp_path / "hw" / "t" / "p.json"
+    baseline.save(path, {"b": 1, "a": [1.5, 2]})
+    first = path.read_text()
+    baseline.save(path, {"a": [1.5, 2], "b": 1})
+    assert path.read_text() == first  # sorted keys: re-saving the same data is no diff
+    assert list(path.parent.iterdir()) == [path]  # no temp files left behind
+
+
+def test_load_rejects_corrupt_file_and_leaves_it(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text("{not json")
+    with pytest.raises(baseline.BaselineError, match=f"corrupt vLLM perf baseline {path}"):
+        baseline.load(path)
+    assert path.read_text() == "{not json"
+    assert baseline.load(tmp_path / "absent.json") is None
+
+
+def test_killed_writer_never_leaves_a_partial_file(tmp_path):
+    """SIGKILL a process that keeps rewriting a large baseline; the file is always whole."""
+    path = tmp_path / "p.json"
+    baseline.save(path, {"generation": -1, "pad": "x" * 10})
+    writer = textwrap.dedent(f"""
+        from pathlib import Path
+        from pytest_vllm_perf import baseline
+        i = 0
+        while True:
+            baseline.save(Path({str(path)!r}), {{"generation": i, "pad": "x" * 4_000_000}})
+            i += 1
+    """)
+    for delay in (0.3, 0.55, 0.8):
+        proc = subprocess.Popen([sys.executable, "-c", writer])
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        data = json.loads(path.read_text())  # whole, whichever generation it is
+        assert data["pad"] in ("x" * 10, "x" * 4_000_000)
