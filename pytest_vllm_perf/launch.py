@@ -31,10 +31,31 @@ def _version(original: Callable[[str], str]) -> Callable[[str], str]:
 
 
 def main(argv: list[str]) -> None:
-    """Parse ``argv`` with vLLM's own ``serve`` parser and run it, as ``vllm serve`` would."""
+    """Run ``vllm serve`` with ``argv``, whichever distribution provides vLLM."""
     importlib.metadata.version = _version(importlib.metadata.version)  # type: ignore[assignment]
-    # Only the serve subcommand is imported: vLLM's full CLI also imports every other
-    # subcommand, and on the CPU build one of them (preload) dies with SIGILL on import.
+    sys.argv = ["vllm", *argv]
+    if _installed_as("vllm"):
+        from vllm.entrypoints.cli.main import main as vllm_main
+
+        vllm_main()  # type: ignore[no-untyped-call]  # exactly the console script
+    else:
+        _serve_only(argv)
+
+
+def _installed_as(dist: str) -> bool:
+    try:
+        importlib.metadata.distribution(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _serve_only(argv: list[str]) -> None:
+    """vLLM's own ``serve`` parser and command, without its other subcommands.
+
+    The CPU build's full CLI imports every subcommand, and one of them (preload)
+    dies with SIGILL on import; serve alone does not need it.
+    """
     import vllm.entrypoints.cli.serve as serve_cli
     from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
     from vllm.logger import configure_logging_from_args
@@ -46,7 +67,6 @@ def main(argv: list[str]) -> None:
     commands = {cmd.name: cmd for cmd in serve_cli.cmd_init()}
     for cmd in commands.values():
         cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
-    sys.argv = ["vllm", *argv]
     args = parser.parse_args(argv)
     configure_logging_from_args(args)
     commands[args.subparser].validate(args)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_vllm_perf import baseline, gate, profiles, report, server
+from pytest_vllm_perf import baseline, gate, plots, profiles, report, server
 from pytest_vllm_perf import thresholds as slo
 from pytest_vllm_perf import workload as workloads
 from pytest_vllm_perf.pool import PoolConfig, ServerHandle, ServerPool
@@ -38,6 +38,7 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--vllm-baseline-dir", "vllm_baseline_dir", "baseline store [rootdir/.vllm-perf]", None),
     ("--vllm-json", "vllm_json", "write all results as JSON to this path", None),
     ("--vllm-markdown", "vllm_markdown", "write a Markdown summary to this path", None),
+    ("--vllm-plots", "vllm_plots", "write PNG plots into this folder (needs matplotlib)", None),
 )
 FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--vllm-save-baseline", "vllm_save_baseline", "store each result as the new baseline"),
@@ -225,10 +226,18 @@ class PerfRunner:
         spec = spec or marker.get("workload") or "mixed"
         marker_overrides = {k: v for k, v in marker.items() if k not in MARKER_KEYS}
         try:
-            base = workloads.named(spec) if isinstance(spec, str) else spec
+            base = self._resolve(spec)
             return base.override({**marker_overrides, **overrides})
         except workloads.WorkloadError as exc:
             pytest.fail(str(exc), pytrace=False)
+
+    def _resolve(self, spec: str | workloads.Workload) -> workloads.Workload:
+        """A workload object, a built-in name, or a YAML file beside the test module."""
+        if not isinstance(spec, str):
+            return spec
+        if spec.endswith((".yaml", ".yml")):
+            return workloads.load_file(Path(self._request.node.path).parent / spec)
+        return workloads.named(spec)
 
     def run(
         self,
@@ -316,11 +325,20 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(line)
     for line in report.comparison_lines(outcomes):
         terminalreporter.write_line(line)
+    pictures: list[Path] = []
+    plots_dir = option(config, "vllm_plots")
+    if plots_dir:
+        try:
+            pictures = plots.write(outcomes, Path(plots_dir))
+        except plots.PlotsUnavailable as exc:
+            terminalreporter.write_line(f"vLLM perf plots not written: {exc}", red=True)
     written = report.write_files(
         outcomes,
         json_path=option(config, "vllm_json"),
         markdown_path=option(config, "vllm_markdown"),
         step_summary=os.environ.get("GITHUB_STEP_SUMMARY"),
+        plots=pictures,
     )
+    written += [str(p) for p in pictures]
     for path in written:
         terminalreporter.write_line(f"vLLM perf report written: {path}")

@@ -51,6 +51,7 @@ class ServerHandle:
     boot_s: float | None
     server: VllmServer | ExternalServer
     environment: hardware.Environment
+    embedded: bool = False  # an embedded dummy-weight model with the word-level tokenizer
 
     def check_alive(self) -> None:
         self.server.check_alive()
@@ -133,6 +134,7 @@ class ServerPool:
             vllm.boot_s,
             vllm,
             self.environment(platform),
+            embedded=self.model()[1],
         )
 
     def _attach(self, profile: Profile) -> ServerHandle:

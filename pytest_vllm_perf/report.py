@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_vllm_perf import redact
+from pytest_vllm_perf import compare, redact
 from pytest_vllm_perf.session import Outcome
 
 COLUMNS = (
@@ -77,7 +77,9 @@ def gate_notes(outcomes: Sequence[Outcome]) -> list[str]:
 
 
 SIDE_BY_SIDE = (
+    ("TTFT p50", "ttft_p50_ms"),
     ("TTFT p99", "ttft_p99_ms"),
+    ("ITL p50", "itl_p50_ms"),
     ("ITL p99", "itl_p99_ms"),
     ("worst stall", "itl_max_ms"),
     ("TPOT", "tpot_mean_ms"),
@@ -86,9 +88,11 @@ SIDE_BY_SIDE = (
 
 
 def comparison_lines(outcomes: Sequence[Outcome]) -> list[str]:
-    """For each test run under several profiles: ratios of each profile to the first."""
-    from pytest_vllm_perf import compare
+    """Per test run under several profiles, a table of each profile against the first.
 
+    Ratios come with the block-bootstrap interval of compare.py: ``~`` marks a ratio
+    whose 95% interval contains 1, i.e. a difference within this run's noise.
+    """
     by_test: dict[str, list[Outcome]] = {}
     for o in outcomes:
         by_test.setdefault(o.test_id, []).append(o)
@@ -97,7 +101,8 @@ def comparison_lines(outcomes: Sequence[Outcome]) -> list[str]:
         if len({o.profile for o in group}) < 2:
             continue
         ref = group[0]
-        lines.append(f"{test_id}: profiles side by side (ratio to {ref.profile}; ~ = within noise)")
+        lines += ["", f"{test_id}: ratios to {ref.profile} (~ = within noise)"]
+        rows = [[ref.profile, *(_cell(ref, ref, key, {}) for _, key in SIDE_BY_SIDE)]]
         for other in group[1:]:
             verdicts = {
                 v.metric: v
@@ -109,16 +114,19 @@ def comparison_lines(outcomes: Sequence[Outcome]) -> list[str]:
                     {},
                 )
             }
-            parts = []
-            for label, key in SIDE_BY_SIDE:
-                a, b = ref.result.metrics.get(key), other.result.metrics.get(key)
-                if not a or b is None or math.isnan(a) or math.isnan(b):
-                    continue
-                v = verdicts.get(key)
-                noise = "~" if v and v.low <= 1 <= v.high else ""
-                parts.append(f"{label} x{b / a:.2f}{noise}")
-            lines.append(f"  {other.profile} vs {ref.profile}: " + ", ".join(parts))
+            rows.append([other.profile, *(_cell(ref, other, k, verdicts) for _, k in SIDE_BY_SIDE)])
+        lines += table(["profile", *(label for label, _ in SIDE_BY_SIDE)], rows)
     return lines
+
+
+def _cell(ref: Outcome, other: Outcome, key: str, verdicts: dict[str, compare.Verdict]) -> str:
+    a, b = ref.result.metrics.get(key), other.result.metrics.get(key)
+    value = fmt(b, "{:.1f}")
+    if ref is other or not a or b is None or math.isnan(a) or math.isnan(b):
+        return value
+    v = verdicts.get(key)
+    noise = "~" if v and v.low <= 1 <= v.high else ""
+    return f"{value} (x{b / a:.2f}{noise})"
 
 
 # Our metric names -> `vllm bench serve` result keys, for the same quantities.
@@ -178,7 +186,9 @@ def to_json(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     return redact.mapping({"results": results})
 
 
-def markdown(outcomes: Sequence[Outcome]) -> str:
+def markdown(
+    outcomes: Sequence[Outcome], plots: Sequence[Path] = (), base: Path | None = None
+) -> str:
     headers = ["test", "profile", *(c[0] for c in COLUMNS), "SLO", "verdict"]
     lines = ["## vLLM perf", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for o in outcomes:
@@ -189,6 +199,9 @@ def markdown(outcomes: Sequence[Outcome]) -> str:
     notes = gate_notes(outcomes) + comparison_lines(outcomes)
     if notes:
         lines += ["", "```", *notes, "```"]
+    for plot in plots:
+        target = os.path.relpath(plot, base) if base else str(plot)
+        lines += ["", f"![{plot.stem}]({target})"]
     return "\n".join(lines) + "\n"
 
 
@@ -197,13 +210,15 @@ def write_files(
     json_path: str | None,
     markdown_path: str | None,
     step_summary: str | None,
+    plots: Sequence[Path] = (),
 ) -> list[str]:
     """Write the requested reports; the Markdown also goes to the GitHub job summary."""
     written = []
     if json_path:
         _atomic_write(Path(json_path), json.dumps(to_json(outcomes), indent=1, sort_keys=True))
         written.append(json_path)
-    text = markdown(outcomes) if (markdown_path or step_summary) else ""
+    base = Path(markdown_path).resolve().parent if markdown_path else None
+    text = markdown(outcomes, [p.resolve() for p in plots], base)
     if markdown_path:
         _atomic_write(Path(markdown_path), text)
         written.append(markdown_path)

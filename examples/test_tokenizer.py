@@ -1,0 +1,19 @@
+"""CPU tokenization: many long texts with tiny outputs keep the API server busy."""
+
+LOAD = {
+    "cpu": {"duration_s": 15, "text": {"rate": 3.0, "prompt_tokens": 1000}},
+    "cuda": {"duration_s": 30, "text": {"rate": 40.0, "prompt_tokens": 4000}},
+}
+
+
+def test_tokenizer_pressure(vllm_perf):
+    platform = vllm_perf.server.platform
+    outcome = vllm_perf.run(
+        "tokenizer_pressure", thresholds={"ttft_p99_ms": 30_000}, **LOAD[platform]
+    )
+    # text prompts: the server tokenized them, and the embedded word-level tokenizer is exact
+    if vllm_perf.server.embedded:
+        assert {r.prompt_tokens for r in outcome.result.records} == {
+            LOAD[platform]["text"]["prompt_tokens"]
+        }
+    assert outcome.result.metrics["request_throughput"] > 0
