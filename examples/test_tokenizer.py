@@ -2,7 +2,7 @@
 
 LOAD = {
     "cpu": {"duration_s": 15, "text": {"rate": 3.0, "prompt_tokens": 1000}},
-    "cuda": {"duration_s": 30, "text": {"rate": 40.0, "prompt_tokens": 4000}},
+    "cuda": {"duration_s": 30, "text": {"rate": 8.0, "prompt_tokens": 2000}},
 }
 
 

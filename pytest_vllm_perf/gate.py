@@ -57,7 +57,7 @@ def document(outcome: Outcome) -> dict[str, Any]:
         workload=r.workload.to_dict(),
         workload_hash=r.workload.hash,
         environment=h.environment,
-        model=h.model,
+        model=h.model_id,
         engine_argv=list(h.argv),
         engine_notes=list(h.settings.notes),
         records=list(r.records),
@@ -110,7 +110,7 @@ def _changes(stored: baseline.Baseline, outcome: Outcome) -> list[str]:
         for d in profiles.diff(stored.data.get("profile", {}), outcome.handle.profile.to_dict())
     ]
     old_env = stored.data.get("environment", {})
-    new_env = {**outcome.handle.environment.to_dict(), "model": outcome.handle.model}
+    new_env = {**outcome.handle.environment.to_dict(), "model": outcome.handle.model_id}
     for key in ("vllm_version", "torch_version", "model"):
         if old_env.get(key) != new_env.get(key):
             lines.append(f"{key} {old_env.get(key)} -> {new_env.get(key)}")

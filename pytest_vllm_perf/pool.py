@@ -53,6 +53,11 @@ class ServerHandle:
     environment: hardware.Environment
     embedded: bool = False  # an embedded dummy-weight model with the word-level tokenizer
 
+    @property
+    def model_id(self) -> str:
+        """The model as recorded: an embedded folder's name (path-independent), else as given."""
+        return Path(self.model).name if self.embedded else self.model
+
     def check_alive(self) -> None:
         self.server.check_alive()
 
@@ -129,7 +134,7 @@ class ServerPool:
             spec.model,
             profile,
             settings,
-            tuple(spec.public_argv()),
+            tuple(spec.public_argv(vllm.port)),
             platform,
             vllm.boot_s,
             vllm,

@@ -6,13 +6,28 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-SECRET_NAME = re.compile(r"(token|secret|passw|api[_-]?key|auth|credential)", re.IGNORECASE)
+# Whole name segments, so HF_TOKEN is secret and max_num_batched_tokens is not.
+SECRET_SEGMENTS = frozenset(
+    {
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "apikey",
+        "auth",
+        "authorization",
+        "credential",
+        "credentials",
+    }
+)
 SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,}|Bearer\s+\S+)")
 MASK = "***"
 
 
 def is_secret_name(name: str) -> bool:
-    return bool(SECRET_NAME.search(name)) and "max_tokens" not in name.lower()
+    segments = [s for s in re.split(r"[^a-z0-9]+", name.lower()) if s]
+    joined = "".join(segments)
+    return bool(SECRET_SEGMENTS.intersection(segments)) or "apikey" in joined
 
 
 def value(text: str) -> str:

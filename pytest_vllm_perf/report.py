@@ -6,11 +6,12 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_vllm_perf import compare, redact
+from pytest_vllm_perf.records import RequestRecord
 from pytest_vllm_perf.session import Outcome
 
 COLUMNS = (
@@ -87,18 +88,39 @@ SIDE_BY_SIDE = (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One profile's run of one test: what a side-by-side table compares."""
+
+    test_id: str
+    profile: str
+    records: Sequence[RequestRecord]
+    duration_s: float
+    metrics: Mapping[str, float]
+
+    @classmethod
+    def of(cls, o: Outcome) -> Side:
+        r = o.result
+        return cls(o.test_id, o.profile, r.records, r.duration_s, r.metrics)
+
+
 def comparison_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """Side-by-side tables for the tests this session ran under several profiles."""
+    return side_by_side([Side.of(o) for o in outcomes])
+
+
+def side_by_side(sides: Sequence[Side]) -> list[str]:
     """Per test run under several profiles, a table of each profile against the first.
 
     Ratios come with the block-bootstrap interval of compare.py: ``~`` marks a ratio
     whose 95% interval contains 1, i.e. a difference within this run's noise.
     """
-    by_test: dict[str, list[Outcome]] = {}
-    for o in outcomes:
-        by_test.setdefault(o.test_id, []).append(o)
+    by_test: dict[str, list[Side]] = {}
+    for side in sides:
+        by_test.setdefault(side.test_id, []).append(side)
     lines: list[str] = []
     for test_id, group in by_test.items():
-        if len({o.profile for o in group}) < 2:
+        if len({s.profile for s in group}) < 2:
             continue
         ref = group[0]
         lines += ["", f"{test_id}: ratios to {ref.profile} (~ = within noise)"]
@@ -107,11 +129,7 @@ def comparison_lines(outcomes: Sequence[Outcome]) -> list[str]:
             verdicts = {
                 v.metric: v
                 for v in compare.compare_samples(
-                    ref.result.records,
-                    ref.result.duration_s,
-                    other.result.records,
-                    other.result.duration_s,
-                    {},
+                    ref.records, ref.duration_s, other.records, other.duration_s, {}
                 )
             }
             rows.append([other.profile, *(_cell(ref, other, k, verdicts) for _, k in SIDE_BY_SIDE)])
@@ -119,8 +137,8 @@ def comparison_lines(outcomes: Sequence[Outcome]) -> list[str]:
     return lines
 
 
-def _cell(ref: Outcome, other: Outcome, key: str, verdicts: dict[str, compare.Verdict]) -> str:
-    a, b = ref.result.metrics.get(key), other.result.metrics.get(key)
+def _cell(ref: Side, other: Side, key: str, verdicts: Mapping[str, compare.Verdict]) -> str:
+    a, b = ref.metrics.get(key), other.metrics.get(key)
     value = fmt(b, "{:.1f}")
     if ref is other or not a or b is None or math.isnan(a) or math.isnan(b):
         return value
@@ -163,7 +181,7 @@ def to_json(outcomes: Sequence[Outcome]) -> dict[str, Any]:
                 "profile_settings": o.handle.profile.to_dict(),
                 "engine_argv": list(o.handle.argv),
                 "engine_notes": list(o.handle.settings.notes),
-                "environment": {**o.handle.environment.to_dict(), "model": o.handle.model},
+                "environment": {**o.handle.environment.to_dict(), "model": o.handle.model_id},
                 "workload": o.result.workload.to_dict(),
                 "duration": round(o.result.duration_s, 3),
                 "metrics": bench_serve_keys(o.result.metrics),

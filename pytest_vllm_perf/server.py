@@ -68,9 +68,9 @@ class ServerSpec:
             *self.engine_argv,
         ]
 
-    def public_argv(self) -> list[str]:
+    def public_argv(self, port: int) -> list[str]:
         """The command line with secrets masked, for reports and baselines."""
-        return redact.argv(self.argv(self.port))
+        return redact.argv(self.argv(port))
 
 
 def free_port(host: str = "127.0.0.1") -> int:

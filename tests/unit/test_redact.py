@@ -37,3 +37,12 @@ def test_argv_masks_secret_flag_values():
         "4",
         "--hf-token=***",
     ]
+
+
+def test_token_counts_are_not_secrets():
+    assert not redact.is_secret_name("--max-num-batched-tokens")
+    assert not redact.is_secret_name("max_tokens")
+    assert not redact.is_secret_name("tokenizer_mode")
+    assert redact.is_secret_name("HF_TOKEN") and redact.is_secret_name("--api-key")
+    argv = ["--max-num-batched-tokens", "2048", "--tokenizer", "t"]
+    assert redact.argv(argv) == argv
