@@ -125,3 +125,35 @@ def test_tolerance_keys_are_validated(project, fake_vllm):
     result = run(project, fake_vllm)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unknown tolerance 'itl_p98_ms'*"])
+
+
+def test_plots_and_side_by_side_table(project, fake_vllm, capsys):
+    pytest.importorskip("matplotlib")
+    (project.path / "profiles" / "q.yaml").write_text("extends: default\n")
+    result = project.runpytest_inprocess(
+        f"--vllm-url={fake_vllm.url}",
+        "--vllm-profile=p,q",
+        "-p",
+        "no:cacheprovider",
+        "--vllm-plots=plots",
+        "--vllm-markdown=out/r.md",
+        "--vllm-save-baseline",
+    )
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_perf: ratios to p (~ = within noise)*",
+            "profile*TTFT p50*ITL p99*worst stall*",
+            "q *(x*",
+        ]
+    )
+    pngs = sorted(p.name for p in (project.path / "plots").glob("*.png"))
+    assert [n.rsplit("-", 1)[1] for n in pngs] == ["cdf.png", "server.png", "timeline.png"]
+    assert all((project.path / "plots" / n).stat().st_size > 10_000 for n in pngs)
+    assert "![" in (project.path / "out" / "r.md").read_text()
+
+    from pytest_vllm_perf import cli
+
+    assert cli.main(["table", str(project.path / ".vllm-perf"), "--profiles", "q,p"]) == 0
+    table = capsys.readouterr().out
+    assert "ratios to q" in table and "\np        " in table

@@ -6,18 +6,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from pytest_vllm_perf import workload
-from pytest_vllm_perf.pool import PoolConfig, ServerPool
-from pytest_vllm_perf.profiles import load
 from pytest_vllm_perf.session import measure
 from tests.engine import require_engine, vllm_processes
 
 pytestmark = pytest.mark.engine
-REPO = Path(__file__).resolve().parent.parent
 QUICK = workload.named("mixed").override(
     {
         "duration_s": 6,
@@ -36,15 +32,6 @@ import pytest
 def test_perf(vllm_perf):
     vllm_perf.run()
 """
-
-
-@pytest.fixture(scope="module")
-def real_server(tmp_path_factory):
-    require_engine()
-    pool = ServerPool(PoolConfig(REPO / "profiles", tmp_path_factory.mktemp("cache")), print)
-    handle = pool.get(load("default", REPO / "profiles"))
-    yield handle
-    pool.stop()
 
 
 def test_workload_measures_real_tokens(real_server):
@@ -139,4 +126,23 @@ def test_ctrl_c_leaves_no_vllm_process(perf_project):
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.communicate(timeout=60)
+    assert vllm_processes(str(perf_project.path)) == []
+
+
+def test_more_api_server_processes_boot_and_tokenize(perf_project):
+    """A profile with api_server_count: 2 boots through the launcher and serves text prompts."""
+    require_engine()
+    perf_project.makepyfile(
+        test_tok="""
+        def test_tok(vllm_perf):
+            outcome = vllm_perf.run(
+                "tokenizer_pressure", duration_s=5, warmup_requests=1,
+                text={"rate": 2.0, "prompt_tokens": 300})
+            assert {r.prompt_tokens for r in outcome.result.records} == {300}
+    """
+    )
+    result = perf_project.runpytest_subprocess(
+        "--vllm-profile=api-servers-2", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
     assert vllm_processes(str(perf_project.path)) == []

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from pytest_vllm_perf.pool import PoolConfig, ServerPool
-from pytest_vllm_perf.profiles import load
 from tests.engine import require_engine
 
 pytestmark = pytest.mark.engine
-REPO = Path(__file__).resolve().parent.parent
 PERF_TEST = """
 import pytest
 
@@ -23,17 +18,9 @@ def test_gate(vllm_perf):
 """
 
 
-@pytest.fixture(scope="module")
-def server_url(tmp_path_factory):
-    require_engine()
-    pool = ServerPool(PoolConfig(REPO / "profiles", tmp_path_factory.mktemp("cache")), print)
-    yield pool.get(load("default", REPO / "profiles")).base_url
-    pool.stop()
-
-
-def test_missing_then_saved_then_unchanged(server_url, perf_project):
+def test_missing_then_saved_then_unchanged(real_server, perf_project):
     perf_project.makepyfile(PERF_TEST)
-    args = (f"--vllm-url={server_url}", "-p", "no:cacheprovider")
+    args = (f"--vllm-url={real_server.base_url}", "-p", "no:cacheprovider")
     missing = perf_project.runpytest_subprocess(*args)
     missing.assert_outcomes(passed=1)
     missing.stdout.fnmatch_lines(["*test_gate*default*pass*no baseline*"])
