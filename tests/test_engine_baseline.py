@@ -10,9 +10,13 @@ pytestmark = pytest.mark.engine
 PERF_TEST = """
 import pytest
 
+# Tails of 10 s CPU runs move by 15-25% between identical runs (bench/gate_power.py
+# measures it), so this test of the mechanism widens the tail tolerances; medians keep
+# the defaults, and the regression below is far outside any of them.
 @pytest.mark.vllm_perf(workload="mixed", duration_s=10, warmup_requests=2,
                        chat={"users": 4, "output_tokens": 32},
-                       long={"rate": 0.5, "prompt_tokens": 512, "output_tokens": 4})
+                       long={"rate": 0.5, "prompt_tokens": 512, "output_tokens": 4},
+                       tolerances={"itl_p99_ms": 0.5, "ttft_p99_ms": 0.5, "e2el_p99_ms": 0.5})
 def test_gate(vllm_perf):
     vllm_perf.run()
 """
