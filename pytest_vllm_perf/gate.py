@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_vllm_perf import baseline, compare, profiles
+from pytest_vllm_perf import baseline, compare, hardware, profiles
 from pytest_vllm_perf.compare import Verdict
 from pytest_vllm_perf.session import Outcome
 
@@ -58,12 +58,19 @@ def document(outcome: Outcome) -> dict[str, Any]:
         workload_hash=r.workload.hash,
         environment=h.environment,
         model=h.model_id,
+        placement=placement(outcome),
         engine_argv=list(h.argv),
         engine_notes=list(h.settings.notes),
         records=list(r.records),
         duration_s=r.duration_s,
         metrics=r.metrics,
     )
+
+
+def placement(outcome: Outcome) -> dict[str, Any]:
+    """Parallelism and visible devices: they change results as much as the hardware does."""
+    args = outcome.handle.settings.args
+    return {"parallelism": hardware.parallelism(args), "device_env": hardware.device_env()}
 
 
 def evaluate(
@@ -110,9 +117,13 @@ def _changes(stored: baseline.Baseline, outcome: Outcome) -> list[str]:
         for d in profiles.diff(stored.data.get("profile", {}), outcome.handle.profile.to_dict())
     ]
     old_env = stored.data.get("environment", {})
-    new_env = {**outcome.handle.environment.to_dict(), "model": outcome.handle.model_id}
-    for key in ("vllm_version", "torch_version", "model"):
-        if old_env.get(key) != new_env.get(key):
+    new_env = {
+        **outcome.handle.environment.to_dict(),
+        "model": outcome.handle.model_id,
+        **placement(outcome),
+    }
+    for key in ("vllm_version", "torch_version", "model", "parallelism"):
+        if key in old_env and old_env.get(key) != new_env.get(key):
             lines.append(f"{key} {old_env.get(key)} -> {new_env.get(key)}")
     return lines
 

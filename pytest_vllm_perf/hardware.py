@@ -6,9 +6,11 @@ derived the same way every time, without importing torch or vLLM (seconds each).
 
 from __future__ import annotations
 
+import os
 import platform as _platform
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import cache
 from importlib import metadata
@@ -85,3 +87,17 @@ def environment(platform: str) -> Environment:
     return Environment(
         platform, hardware_class(platform), vllm, version("torch"), _platform.python_version()
     )
+
+
+PARALLEL_ARGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+
+
+def parallelism(engine_args: Mapping[str, object]) -> dict[str, object]:
+    """vLLM's own distributed settings (1 when unset): part of what a result ran on."""
+    return {key: engine_args.get(key, 1) for key in PARALLEL_ARGS}
+
+
+def device_env() -> dict[str, str]:
+    """Which accelerators the server could see."""
+    return {key: os.environ[key] for key in DEVICE_ENV if key in os.environ}

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from pytest_vllm_perf import compare
+
 PERF_TEST = """
 import pytest
 
@@ -57,13 +59,23 @@ def test_save_then_unchanged_rerun_passes(project, fake_vllm):
     assert data["profile"]["name"] == "p"
     assert len(data["samples"]["records"]) == data["metrics"]["completed"]
     assert data["environment"]["hardware_class"].startswith("cpu: ")
+    assert data["environment"]["parallelism"] == {
+        "tensor_parallel_size": 1,
+        "pipeline_parallel_size": 1,
+        "data_parallel_size": 1,
+    }
     assert data["commit_info"] is not None and "workload_hash" in data
     assert "hf_supersecretvalue1" not in path.read_text()
     assert data["profile"]["env"]["HF_TOKEN"] == "***"
+    # This checks the mechanism, not the noise (bench/gate_power.py measures that): a
+    # 2 s fake-server run on a busy 2-core machine can move by 50%, a 4x slowdown cannot.
+    tolerances = [f"{m}=1.0" for m in compare.DEFAULT_TOLERANCES if m != "preemptions"]
+    project.makeini("[pytest]\nvllm_tolerances =\n    " + "\n    ".join(tolerances) + "\n")
     result = run(project, fake_vllm, "--vllm-require-baseline")
     result.assert_outcomes(passed=1)
     out = result.stdout.str()
     assert "regressed" not in out
+    result.stdout.re_match_lines([r".*::test_perf\s+p\s.*pass\s+(unchanged|improved|inconclusive)"])
 
 
 def test_regression_fails_with_metric_and_profile_diff(project, fake_vllm):

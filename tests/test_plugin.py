@@ -48,7 +48,9 @@ def test_unknown_profile_is_a_usage_error(perf_project):
     result = perf_project.runpytest_subprocess("--vllm-profile=nosuch")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert time.monotonic() - started < 30
-    result.stderr.fnmatch_lines(["*unknown vLLM profile 'nosuch'*available: chunked, default*"])
+    result.stderr.fnmatch_lines(
+        ["*unknown vLLM profile 'nosuch'*available: api-servers-2, chunked, chunked-128, default*"]
+    )
 
 
 def test_bad_profile_file_names_file_and_key(perf_project):

@@ -141,3 +141,10 @@ def test_diff_names_each_changed_setting():
         "engine.max_num_batched_tokens 8192 -> 2048",
         "engine.max_num_seqs 256 -> (unset)",
     ]
+
+
+def test_parallel_settings_pass_through(tmp_path):
+    write(tmp_path, "tp", "engine: {tensor_parallel_size: 2, data_parallel_size: 2}\n")
+    settings = profiles.engine_settings(profiles.load("tp", tmp_path), platform="cuda")
+    argv = profiles.to_argv(settings.args)
+    assert argv == ["--tensor-parallel-size", "2", "--data-parallel-size", "2"]
