@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pytest_vllm_perf.records import RequestRecord
+from pytest_vllm_perf.stats import samples
 
 REGRESSED, IMPROVED, UNCHANGED, INCONCLUSIVE = "regressed", "improved", "unchanged", "inconclusive"
 
@@ -60,17 +61,6 @@ class Verdict:
 Samples = dict[str, np.ndarray]
 Statistic = Callable[[Samples, float], float]
 FIELDS = ("ttft", "itl", "e2el", "tpot", "tokens")
-
-
-def samples(records: Sequence[RequestRecord]) -> Samples:
-    """Arrays of per-request values (seconds); unanswered requests are infinitely slow."""
-    return {
-        "ttft": np.array([r.ttft if r.ttft is not None else math.inf for r in records]),
-        "itl": np.array([x for r in records for x in r.itl]),
-        "e2el": np.array([r.e2el if r.ok else math.inf for r in records]),
-        "tpot": np.array([r.tpot for r in records if r.ok and r.tpot is not None]),
-        "tokens": np.array([r.output_tokens for r in records if r.ok], dtype=float),
-    }
 
 
 def _pct(field: str, q: float) -> Statistic:

@@ -17,46 +17,50 @@ from pytest_vllm_perf.records import RequestRecord
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 
 
-def percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
     """Linear-interpolated percentile; infinite samples stay infinite (never NaN)."""
-    if not values:
+    if len(values) == 0:
         return math.nan
     with np.errstate(invalid="ignore"):  # inf - inf while interpolating between failures
         result = float(np.percentile(np.asarray(values, dtype=float), q))
     return math.inf if math.isnan(result) else result
 
 
-def describe(prefix: str, seconds: Sequence[float]) -> dict[str, float]:
+def describe(prefix: str, seconds: Sequence[float] | np.ndarray) -> dict[str, float]:
     """mean, percentiles and max of latency samples, in milliseconds."""
-    out = {f"{prefix}_mean_ms": _mean(seconds) * 1000}
+    empty = len(seconds) == 0
+    out = {f"{prefix}_mean_ms": (math.nan if empty else float(np.mean(seconds))) * 1000}
     for name, q in PERCENTILES.items():
         out[f"{prefix}_{name}_ms"] = percentile(seconds, q) * 1000
-    out[f"{prefix}_max_ms"] = (max(seconds) if seconds else math.nan) * 1000
+    out[f"{prefix}_max_ms"] = (math.nan if empty else float(np.max(seconds))) * 1000
     return out
 
 
-def _mean(values: Sequence[float]) -> float:
-    return float(np.mean(values)) if values else math.nan
+LATENCY_FIELDS = ("ttft", "itl", "tpot", "e2el")
 
 
-def samples(records: Iterable[RequestRecord]) -> dict[str, list[float]]:
-    """Per-metric latency samples in seconds; failures enter as infinity where unfinished."""
-    out: dict[str, list[float]] = {"ttft": [], "itl": [], "tpot": [], "e2el": []}
-    for r in records:
-        out["ttft"].append(r.ttft if r.ttft is not None else math.inf)
-        out["e2el"].append(r.e2el if r.ok else math.inf)
-        out["itl"].extend(r.itl)
-        if r.ok and r.tpot is not None:
-            out["tpot"].append(r.tpot)
-    return out
+def samples(records: Iterable[RequestRecord]) -> dict[str, np.ndarray]:
+    """Per-request arrays in seconds (and completed requests' token counts).
+
+    Unanswered requests enter TTFT and E2EL as infinity: they are never dropped.
+    The summary and the regression comparison both read these, so they agree.
+    """
+    records = list(records)
+    return {
+        "ttft": np.array([r.ttft if r.ttft is not None else math.inf for r in records]),
+        "itl": np.array([x for r in records for x in r.itl]),
+        "e2el": np.array([r.e2el if r.ok else math.inf for r in records]),
+        "tpot": np.array([r.tpot for r in records if r.ok and r.tpot is not None]),
+        "tokens": np.array([r.output_tokens for r in records if r.ok], dtype=float),
+    }
 
 
 def summarize(records: Sequence[RequestRecord], duration_s: float) -> dict[str, float]:
     """All request metrics of one group of records over a measured window."""
-    lat = samples(records)
+    arrays = samples(records)
     out: dict[str, float] = {}
-    for name, values in lat.items():
-        out.update(describe(name, values))
+    for name in LATENCY_FIELDS:
+        out.update(describe(name, arrays[name]))
     completed = [r for r in records if r.ok]
     out["completed"] = float(len(completed))
     out["failed"] = float(len(records) - len(completed))

@@ -43,9 +43,10 @@ def test_workload_measures_real_tokens(real_server):
     for record in result.records:
         # exact lengths: ignore_eos + max_tokens on the served model's own tokenizer
         assert record.output_tokens == record.expected_output_tokens
-        assert record.prompt_tokens == (16 if record.cls == "chat" else 512) or record.cls == "chat"
+        assert record.prompt_tokens == {"chat": 64, "long": 512}[record.cls]
         assert 0 < record.ttft < record.e2el
-        assert len(record.itl) == record.output_tokens - 1
+        # one gap per streamed chunk; vLLM may merge tokens into a chunk when it lags
+        assert 1 <= len(record.itl) <= record.output_tokens - 1
     assert result.metrics["ttft_p50_ms"] > 0
     assert result.metrics["preemptions"] == 0
     assert result.samples, "KV usage and queue are sampled during the run"
