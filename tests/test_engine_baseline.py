@@ -10,13 +10,15 @@ pytestmark = pytest.mark.engine
 PERF_TEST = """
 import pytest
 
-# Tails of 10 s CPU runs move by 15-25% between identical runs (bench/gate_power.py
-# measures it), so this test of the mechanism widens the tail tolerances; medians keep
-# the defaults, and the regression below is far outside any of them.
+# Identical 10 s CPU runs differ by 10-25% on every metric (bench/gate_power.py measures
+# it), so these tests of the mechanism allow 100%: the unchanged rerun must pass, and
+# max_num_seqs=1 below must still regress far beyond that.
 @pytest.mark.vllm_perf(workload="mixed", duration_s=10, warmup_requests=2,
                        chat={"users": 4, "output_tokens": 32},
                        long={"rate": 0.5, "prompt_tokens": 512, "output_tokens": 4},
-                       tolerances={"itl_p99_ms": 0.5, "ttft_p99_ms": 0.5, "e2el_p99_ms": 0.5})
+                       tolerances={"ttft_p50_ms": 1.0, "ttft_p99_ms": 1.0, "itl_p50_ms": 1.0,
+                                   "itl_p99_ms": 1.0, "tpot_mean_ms": 1.0, "e2el_p99_ms": 1.0,
+                                   "output_throughput": 1.0})
 def test_gate(vllm_perf):
     vllm_perf.run()
 """
