@@ -6,12 +6,12 @@ runs the 8B-shaped preset, and each gets a load that stresses it without drownin
 
 LOAD = {
     "cpu": {
-        "duration_s": 20,
+        "duration_s": 8,
         "chat": {"users": 4, "prompt_tokens": 64, "output_tokens": 128},
         "long": {"rate": 0.2, "prompt_tokens": 3072, "output_tokens": 4},
     },
     "cuda": {
-        "duration_s": 40,
+        "duration_s": 10,
         "chat": {"users": 32, "prompt_tokens": 128, "output_tokens": 256},
         "long": {"rate": 1.0, "prompt_tokens": 6000, "output_tokens": 4},
     },

@@ -2,7 +2,7 @@
 
 import pytest
 
-LOAD = {"duration_s": 15, "seq": {"users": 8, "prompt_tokens": 256, "output_tokens": 128}}
+LOAD = {"duration_s": 6, "seq": {"users": 8, "prompt_tokens": 256, "output_tokens": 128}}
 
 
 @pytest.mark.vllm_perf(

@@ -1,8 +1,8 @@
 """CPU tokenization: many long texts with tiny outputs keep the API server busy."""
 
 LOAD = {
-    "cpu": {"duration_s": 15, "text": {"rate": 3.0, "prompt_tokens": 1000}},
-    "cuda": {"duration_s": 30, "text": {"rate": 8.0, "prompt_tokens": 2000}},
+    "cpu": {"duration_s": 6, "text": {"rate": 3.0, "prompt_tokens": 1000}},
+    "cuda": {"duration_s": 8, "text": {"rate": 8.0, "prompt_tokens": 2000}},
 }
 
 

@@ -9,23 +9,21 @@ pytest-benchmark supplies the machine and commit info; its FileStorage layout
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 import re
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_vllm_perf import redact
+from pytest_vllm_perf import atomic, redact
 from pytest_vllm_perf.hardware import Environment
-from pytest_vllm_perf.records import RequestRecord
+from pytest_vllm_perf.records import Repetition, RequestRecord
 
-SCHEMA = 1
+SCHEMA = 2  # 2: samples grouped by pass; 1 (one pass) is still read
+READABLE = (1, 2)
 PLUGIN_VERSION = "0.1.0"
 
 
@@ -41,8 +39,24 @@ class Baseline:
     data: Mapping[str, Any]
 
     @property
+    def repetitions(self) -> tuple[Repetition, ...]:
+        samples = self.data["samples"]
+        if self.data["schema"] == 1:
+            passes = [{"records": samples["records"], "duration_s": self.data["duration_s"]}]
+        else:
+            passes = samples["passes"]
+        return tuple(
+            Repetition(
+                tuple(RequestRecord.from_dict(r) for r in p["records"]),
+                float(p["duration_s"]),
+                float(p.get("start_s", 0.0)),
+            )
+            for p in passes
+        )
+
+    @property
     def records(self) -> list[RequestRecord]:
-        return [RequestRecord.from_dict(r) for r in self.data["samples"]["records"]]
+        return [r for rep in self.repetitions for r in rep.records]
 
     @property
     def duration_s(self) -> float:
@@ -75,9 +89,9 @@ def load(path: Path) -> Baseline | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("schema") != SCHEMA:
+        if data.get("schema") not in READABLE:
             raise BaselineError(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA}")
-        Baseline(path, data).records  # noqa: B018 - validate the samples now, not mid-compare
+        Baseline(path, data).repetitions  # noqa: B018 - validate the samples now, not mid-compare
         return Baseline(path, data)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise BaselineError(
@@ -109,8 +123,7 @@ def document(
     placement: Mapping[str, Any],
     engine_argv: list[str],
     engine_notes: list[str],
-    records: list[RequestRecord],
-    duration_s: float,
+    repetitions: tuple[Repetition, ...],
     metrics: Mapping[str, float],
 ) -> dict[str, Any]:
     """The JSON document of one result, secrets removed."""
@@ -128,11 +141,19 @@ def document(
             "commit_info": _commit_info(),
             "plugin_version": PLUGIN_VERSION,
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "duration_s": round(duration_s, 6),
+            "duration_s": round(sum(p.duration_s for p in repetitions), 6),
             "metrics": {k: _json(v) for k, v in sorted(metrics.items())},
-            "samples": {"records": [_record(r) for r in records]},
+            "samples": {"passes": [_pass(p) for p in repetitions]},
         }
     )
+
+
+def _pass(rep: Repetition) -> dict[str, Any]:
+    return {
+        "duration_s": round(rep.duration_s, 6),
+        "start_s": round(rep.start_s, 6),
+        "records": [_record(r) for r in rep.records],
+    }
 
 
 def _record(record: RequestRecord) -> dict[str, Any]:
@@ -162,17 +183,5 @@ def _commit_info() -> dict[str, Any]:
 
 
 def save(path: Path, doc: Mapping[str, Any]) -> None:
-    """Write atomically: readers see the old file or the new one, never a partial one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    """Write atomically: readers see the old baseline or the new one, never a partial one."""
+    atomic.write_text(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")

@@ -26,7 +26,7 @@ def sides(store: Path, hardware: str | None, profiles: list[str]) -> list[report
         found.append(stored)
     found.sort(key=lambda b: (b.data["test"], order.get(b.data["profile"]["name"], len(order))))
     return [
-        report.Side(b.data["test"], b.data["profile"]["name"], b.records, b.duration_s, b.metrics)
+        report.Side(b.data["test"], b.data["profile"]["name"], b.repetitions, b.metrics)
         for b in found
     ]
 

@@ -61,8 +61,7 @@ def document(outcome: Outcome) -> dict[str, Any]:
         placement=placement(outcome),
         engine_argv=list(h.argv),
         engine_notes=list(h.settings.notes),
-        records=list(r.records),
-        duration_s=r.duration_s,
+        repetitions=r.repetitions,
         metrics=r.metrics,
     )
 
@@ -96,18 +95,24 @@ def evaluate(
             changes=tuple(_changes(stored, outcome)),
             note="the workload differs from the baseline's: not compared",
         )
-    verdicts = compare.compare_samples(
-        stored.records,
-        stored.duration_s,
-        outcome.result.records,
-        outcome.result.duration_s,
-        tolerances,
-    )
+    verdicts = compare.compare_runs(stored.repetitions, outcome.result.repetitions, tolerances)
     base_pre, cur_pre = stored.metrics.get("preemptions"), outcome.result.metrics.get("preemptions")
     if base_pre is not None and cur_pre is not None:
         tol = tolerances.get("preemptions", compare.DEFAULT_TOLERANCES["preemptions"])
         verdicts.append(compare.compare_count("preemptions", base_pre, cur_pre, tol))
-    return GateResult(COMPARED, path, tuple(verdicts), tuple(_changes(stored, outcome)))
+    note = _single_pass_note(len(stored.repetitions), len(outcome.result.repetitions))
+    return GateResult(COMPARED, path, tuple(verdicts), tuple(_changes(stored, outcome)), note)
+
+
+def _single_pass_note(base: int, current: int) -> str:
+    """Say when the intervals could only come from time blocks inside one pass."""
+    if min(base, current) >= 2:
+        return ""
+    return (
+        f"{base} baseline vs {current} current pass(es): intervals come from time blocks "
+        "inside a pass and understate run-to-run noise; use --vllm-repeat 3 or more "
+        "on both sides for a trustworthy verdict"
+    )
 
 
 def _changes(stored: baseline.Baseline, outcome: Outcome) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_vllm_perf import baseline, gate, plots, profiles, report, server
+from pytest_vllm_perf import baseline, compare, gate, plots, profiles, report, server
 from pytest_vllm_perf import thresholds as slo
 from pytest_vllm_perf import workload as workloads
 from pytest_vllm_perf.pool import PoolConfig, ServerHandle, ServerPool
@@ -23,7 +23,8 @@ POOL = pytest.StashKey[ServerPool]()
 OUTCOMES = pytest.StashKey[list[Outcome]]()
 SELECTED = pytest.StashKey[list[str]]()
 PERF_FIXTURES = ("vllm_perf", "vllm_server")
-MARKER_KEYS = frozenset({"workload", "thresholds", "tolerances", "profile"})
+MARKER_KEYS = frozenset({"workload", "thresholds", "tolerances", "profile", "repeat"})
+DEFAULT_REPEAT = 3
 
 # (option, ini twin, help, ini default): the command line wins over the ini file.
 OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
@@ -39,6 +40,7 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--vllm-json", "vllm_json", "write all results as JSON to this path", None),
     ("--vllm-markdown", "vllm_markdown", "write a Markdown summary to this path", None),
     ("--vllm-plots", "vllm_plots", "write PNG plots into this folder (needs matplotlib)", None),
+    ("--vllm-repeat", "vllm_repeat", "passes of each workload; verdicts compare passes", None),
 )
 FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--vllm-save-baseline", "vllm_save_baseline", "store each result as the new baseline"),
@@ -91,11 +93,22 @@ def ini_tolerances(config: pytest.Config) -> dict[str, float]:
     return out
 
 
+def repeat_count(value: object, source: str) -> int:
+    """A pass count from the command line, ini or a marker; a clear error if it is not one."""
+    try:
+        count = int(str(value))
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise pytest.UsageError(f"{source}: expected a whole number of passes >= 1, got {value!r}")
+    return count
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "vllm_perf(workload=NAME, thresholds={...}, tolerances={...}, profile=NAME, "
-        "**overrides): a vLLM perf test",
+        "repeat=N, **overrides): a vLLM perf test",
     )
     config.stash[OUTCOMES] = []
     profiles_dir = _path(config, "vllm_profiles_dir", "profiles")
@@ -105,6 +118,7 @@ def pytest_configure(config: pytest.Config) -> None:
         for name in names:
             _load_profile(name, profiles_dir)  # fail before anything boots
     ini_tolerances(config)
+    repeat_count(option(config, "vllm_repeat") or DEFAULT_REPEAT, "--vllm-repeat")
     config.stash[SELECTED] = names
     config.stash[POOL] = ServerPool(
         PoolConfig(
@@ -245,15 +259,18 @@ class PerfRunner:
         *,
         thresholds: Mapping[str, float] | None = None,
         tolerances: Mapping[str, float] | None = None,
+        repeat: int | None = None,
         **overrides: Any,
     ) -> Outcome:
         """Measure, check thresholds and the baseline; fail listing everything that broke."""
         load = self.workload(spec, **overrides)
         marker = _marker(self._request)
+        passes = self._repeat(repeat if repeat is not None else marker.get("repeat"))
         limits = merged_thresholds(
             self.server.profile.thresholds, marker.get("thresholds"), thresholds
         )
         tol = {
+            **compare.default_tolerances(self.server.platform),
             **ini_tolerances(self._request.config),
             **self.server.profile.tolerances,
             **(marker.get("tolerances") or {}),
@@ -264,7 +281,7 @@ class PerfRunner:
             gate.validate_tolerances(tol)
         except ValueError as exc:
             pytest.fail(str(exc), pytrace=False)
-        outcome = self._measure(load, limits)
+        outcome = self._measure(load, limits, passes)
         outcome = dataclasses.replace(outcome, gate=self._gate(outcome, tol))
         self._request.config.stash[OUTCOMES].append(outcome)
         self.outcomes.append(outcome)
@@ -273,13 +290,26 @@ class PerfRunner:
             pytest.fail("\n\n".join(problems), pytrace=False)
         return outcome
 
-    def _measure(self, load: workloads.Workload, limits: Mapping[str, float]) -> Outcome:
+    def _repeat(self, explicit: object) -> int:
+        """Passes: code or marker, else the command line, else the ini file."""
+        config = self._request.config
+        if explicit is not None:
+            try:
+                return repeat_count(explicit, "repeat")
+            except pytest.UsageError as exc:  # a bad marker fails its test, not the session
+                pytest.fail(str(exc), pytrace=False)
+        return repeat_count(option(config, "vllm_repeat") or DEFAULT_REPEAT, "--vllm-repeat")
+
+    def _measure(
+        self, load: workloads.Workload, limits: Mapping[str, float], passes: int
+    ) -> Outcome:
         config = self._request.config
         test_id = self._request.node.nodeid.split("[")[0]
         if self.outcomes:
             test_id += f"#{len(self.outcomes) + 1}"
         try:
-            return measure(test_id, self.server, load, limits, config.stash[POOL].progress)
+            progress = config.stash[POOL].progress
+            return measure(test_id, self.server, load, limits, progress, repeat=passes)
         except (server.ServerError, PromptError) as exc:
             pytest.fail(str(exc), pytrace=False)
 

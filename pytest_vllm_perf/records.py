@@ -42,3 +42,18 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         return cls(**{**data, "itl": tuple(data.get("itl", ()))})
+
+
+@dataclass(frozen=True)
+class Repetition:
+    """One pass of a workload; passes run back to back on the same server.
+
+    Requests inside one pass share batches and queues, so passes, not requests,
+    are the independent units whose spread is the run-to-run noise a gate must
+    beat. ``start_s`` is the pass's offset in the run, the time base of its
+    records' ``start``.
+    """
+
+    records: tuple[RequestRecord, ...]
+    duration_s: float
+    start_s: float = 0.0

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_vllm_perf import compare, redact
-from pytest_vllm_perf.records import RequestRecord
+from pytest_vllm_perf import atomic, compare, redact
+from pytest_vllm_perf.records import Repetition
 from pytest_vllm_perf.session import Outcome
 
 COLUMNS = (
@@ -94,14 +94,12 @@ class Side:
 
     test_id: str
     profile: str
-    records: Sequence[RequestRecord]
-    duration_s: float
+    repetitions: Sequence[Repetition]
     metrics: Mapping[str, float]
 
     @classmethod
     def of(cls, o: Outcome) -> Side:
-        r = o.result
-        return cls(o.test_id, o.profile, r.records, r.duration_s, r.metrics)
+        return cls(o.test_id, o.profile, o.result.repetitions, o.result.metrics)
 
 
 def comparison_lines(outcomes: Sequence[Outcome]) -> list[str]:
@@ -112,8 +110,8 @@ def comparison_lines(outcomes: Sequence[Outcome]) -> list[str]:
 def side_by_side(sides: Sequence[Side]) -> list[str]:
     """Per test run under several profiles, a table of each profile against the first.
 
-    Ratios come with the block-bootstrap interval of compare.py: ``~`` marks a ratio
-    whose 95% interval contains 1, i.e. a difference within this run's noise.
+    Ratios come with the interval of compare.py (over passes, or time blocks of a
+    single pass): ``~`` marks a ratio whose 95% interval contains 1, i.e. noise.
     """
     by_test: dict[str, list[Side]] = {}
     for side in sides:
@@ -127,10 +125,7 @@ def side_by_side(sides: Sequence[Side]) -> list[str]:
         rows = [[ref.profile, *(_cell(ref, ref, key, {}) for _, key in SIDE_BY_SIDE)]]
         for other in group[1:]:
             verdicts = {
-                v.metric: v
-                for v in compare.compare_samples(
-                    ref.records, ref.duration_s, other.records, other.duration_s, {}
-                )
+                v.metric: v for v in compare.compare_runs(ref.repetitions, other.repetitions, {})
             }
             rows.append([other.profile, *(_cell(ref, other, k, verdicts) for _, k in SIDE_BY_SIDE)])
         lines += table(["profile", *(label for label, _ in SIDE_BY_SIDE)], rows)
@@ -233,21 +228,14 @@ def write_files(
     """Write the requested reports; the Markdown also goes to the GitHub job summary."""
     written = []
     if json_path:
-        _atomic_write(Path(json_path), json.dumps(to_json(outcomes), indent=1, sort_keys=True))
+        atomic.write_text(Path(json_path), json.dumps(to_json(outcomes), indent=1, sort_keys=True))
         written.append(json_path)
     base = Path(markdown_path).resolve().parent if markdown_path else None
     text = markdown(outcomes, [p.resolve() for p in plots], base)
     if markdown_path:
-        _atomic_write(Path(markdown_path), text)
+        atomic.write_text(Path(markdown_path), text)
         written.append(markdown_path)
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as handle:
             handle.write(text)
     return written
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text + ("" if text.endswith("\n") else "\n"), encoding="utf-8")
-    os.replace(tmp, path)

@@ -1,8 +1,10 @@
 """Drive a workload against a running server and collect what it measured.
 
 Closed-loop users and Poisson arrivals run side by side in one event loop; the
-server's ``/metrics`` are read before, during and after. Warmup requests are
-sent first and excluded. Requests still open at the drain deadline are failures.
+server's ``/metrics`` are read before, during and after. Warmup requests of
+every class are sent first and excluded. A run is one or more passes of the
+workload back to back (``repeat``): passes are what a regression verdict
+compares, and their results are also pooled into one set of metrics.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import aiohttp
 
 from pytest_vllm_perf import client, metrics, prompts, stats
-from pytest_vllm_perf.records import RequestRecord
+from pytest_vllm_perf.records import Repetition, RequestRecord
 from pytest_vllm_perf.workload import RequestClass, Workload
 
 Progress = Callable[[str], None]
@@ -25,14 +27,22 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class RunResult:
-    """One workload run: raw records, server counters and the metrics derived from them."""
+    """One workload run: its passes, server counters and the metrics of all passes pooled."""
 
     workload: Workload
-    records: tuple[RequestRecord, ...]
-    duration_s: float
+    repetitions: tuple[Repetition, ...]
     counters: dict[str, float]
     samples: tuple[metrics.Sample, ...] = ()
     metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def records(self) -> tuple[RequestRecord, ...]:
+        return tuple(r for rep in self.repetitions for r in rep.records)
+
+    @property
+    def duration_s(self) -> float:
+        """Measured time, summed over passes (the throughput denominator)."""
+        return sum(rep.duration_s for rep in self.repetitions)
 
     @property
     def failures(self) -> list[RequestRecord]:
@@ -63,6 +73,7 @@ class _Run:
     factory: prompts.PromptFactory
     t0: float = 0.0
     deadline: float = 0.0
+    label: str = ""
     records: list[RequestRecord] = field(default_factory=list)
     inflight: int = 0
 
@@ -104,8 +115,11 @@ async def run(
     model: str,
     progress: Progress | None = None,
     progress_every_s: float = 5.0,
+    repeat: int = 1,
 ) -> RunResult:
-    """Run ``workload`` against the server at ``base_url`` and return its result."""
+    """Run ``workload`` ``repeat`` times back to back against ``base_url``."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
     timeout = aiohttp.ClientTimeout(total=workload.request_timeout_s)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
@@ -115,42 +129,59 @@ async def run(
         timeline = metrics.MetricsTimeline(before=await metrics.scrape(session, base_url))
         stop = asyncio.Event()
         state.t0 = time.perf_counter()
-        state.deadline = state.t0 + workload.duration_s
         background = [
             asyncio.create_task(metrics.sample_until(session, base_url, timeline, stop, state.t0)),
             asyncio.create_task(_report(state, stop, progress, progress_every_s)),
         ]
+        reps: list[Repetition] = []
         try:
-            await _drive(state)
+            for i in range(repeat):
+                state.label = f" pass {i + 1}/{repeat}" if repeat > 1 else ""
+                reps.append(await _pass(state, i))
         finally:
             stop.set()
             await asyncio.gather(*background)
-        duration = time.perf_counter() - state.t0
         timeline.after = await metrics.scrape(session, base_url)
     counters = timeline.counters()
-    records = tuple(sorted(state.records, key=lambda r: r.start))
+    records = [r for rep in reps for r in rep.records]
+    duration = sum(rep.duration_s for rep in reps)
     return RunResult(
         workload,
-        records,
-        duration,
+        tuple(reps),
         counters,
         tuple(timeline.samples),
         summarize(workload, records, duration, counters),
     )
 
 
+async def _pass(state: _Run, index: int) -> Repetition:
+    """One pass of the workload; records are timed from the start of the whole run."""
+    start = time.perf_counter()
+    state.deadline = start + state.workload.duration_s
+    state.records = []
+    # Each pass draws its own seeded arrivals and prompts, so passes are replicates,
+    # not copies (a copy would also hit the prefix cache the previous pass filled).
+    await _drive(state, state.workload.seed + index)
+    records = tuple(sorted(state.records, key=lambda r: r.start))
+    return Repetition(records, time.perf_counter() - start, start - state.t0)
+
+
 async def _warmup(state: _Run) -> None:
-    """Send the warmup requests (first class shape) and throw their records away."""
+    """Send the warmup requests of every class shape and throw their records away.
+
+    The first request of a shape pays one-off costs (allocations, kernel setup);
+    warming every class keeps them out of the first pass's tail latencies.
+    """
     rng = random.Random(state.workload.seed - 1)
-    cls = state.workload.classes[0]
     state.t0 = time.perf_counter()
     for _ in range(state.workload.warmup_requests):
-        await state.one(cls, rng)
+        for cls in state.workload.classes:
+            await state.one(cls, rng)
     state.records.clear()
 
 
-async def _drive(state: _Run) -> None:
-    rng = random.Random(state.workload.seed)
+async def _drive(state: _Run, seed: int) -> None:
+    rng = random.Random(seed)
     jobs: list[Any] = []
     for cls in state.workload.classes:
         if cls.users:
@@ -169,9 +200,10 @@ async def _report(
         try:
             await asyncio.wait_for(stop.wait(), every)
         except TimeoutError:
-            elapsed = time.perf_counter() - state.t0
+            total = state.workload.duration_s
+            elapsed = time.perf_counter() - (state.deadline - total)
             failed = sum(not r.ok for r in state.records)
             progress(
-                f"{state.workload.name}: {elapsed:.0f}/{state.workload.duration_s:.0f}s, "
+                f"{state.workload.name}{state.label}: {elapsed:.0f}/{total:.0f}s, "
                 f"{len(state.records)} done, {failed} failed, {state.inflight} in flight"
             )

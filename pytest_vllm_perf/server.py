@@ -51,7 +51,7 @@ class ServerSpec:
     engine_argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
-    port: int = 0
+    port: int = 0  # 0: a free port is picked at start
     python: str = sys.executable
 
     def argv(self, port: int) -> list[str]:

@@ -64,10 +64,11 @@ def measure(
     workload: Workload,
     limits: Mapping[str, float],
     progress: runner.Progress | None = None,
+    repeat: int = 1,
 ) -> Outcome:
-    """Drive ``workload`` against ``handle`` and check ``limits`` on what it measured."""
+    """Drive ``workload`` ``repeat`` times against ``handle``; check ``limits`` on it all."""
     result: RunResult = run_sync(
-        lambda: runner.run(workload, handle.base_url, handle.model, progress)
+        lambda: runner.run(workload, handle.base_url, handle.model, progress, repeat=repeat)
     )
     handle.check_alive()
     checks = tuple(thresholds.check(result.metrics, limits))

@@ -137,6 +137,14 @@ NAMED: dict[str, Workload] = {
             "the worst stall (chat.itl_max_ms) and long-prompt TTFT."
         ),
     ),
+    "decode": Workload(
+        "decode",
+        (RequestClass("chat", prompt_tokens=64, output_tokens=64, users=8),),
+        description=(
+            "Steady streaming decode and nothing else: ITL p99 is the tail of ordinary "
+            "decode steps, the steadiest latency tail to gate on."
+        ),
+    ),
     "kv_pressure": Workload(
         "kv_pressure",
         (RequestClass("seq", prompt_tokens=384, output_tokens=256, users=12),),

@@ -12,7 +12,7 @@ from pytest_vllm_perf import compare
 PERF_TEST = """
 import pytest
 
-@pytest.mark.vllm_perf(workload="mixed", duration_s=2, warmup_requests=1,
+@pytest.mark.vllm_perf(workload="mixed", duration_s=1, warmup_requests=1,
                        chat={"users": 4, "output_tokens": 8},
                        long={"rate": 4.0, "prompt_tokens": 64, "output_tokens": 4})
 def test_perf(vllm_perf):
@@ -29,9 +29,17 @@ def project(perf_project, fake_vllm):
     return perf_project
 
 
+PASSES = 4  # the fewest passes per side with which a 95% verdict is possible
+
+
 def run(project, fake, *args):
     return project.runpytest_inprocess(
-        f"--vllm-url={fake.url}", "--vllm-profile=p", "-p", "no:cacheprovider", *args
+        f"--vllm-url={fake.url}",
+        "--vllm-profile=p",
+        "-p",
+        "no:cacheprovider",
+        f"--vllm-repeat={PASSES}",
+        *args,
     )
 
 
@@ -57,7 +65,11 @@ def test_save_then_unchanged_rerun_passes(project, fake_vllm):
     data = json.loads(path.read_text())
     assert data["test"] == "test_save_then_unchanged_rerun_passes.py::test_perf"
     assert data["profile"]["name"] == "p"
-    assert len(data["samples"]["records"]) == data["metrics"]["completed"]
+    assert data["schema"] == 2
+    passes = data["samples"]["passes"]
+    assert len(passes) == PASSES
+    assert sum(len(p["records"]) for p in passes) == data["metrics"]["completed"]
+    assert data["duration_s"] == pytest.approx(sum(p["duration_s"] for p in passes), abs=1e-5)
     assert data["environment"]["hardware_class"].startswith("cpu: ")
     assert data["environment"]["parallelism"] == {
         "tensor_parallel_size": 1,
@@ -68,7 +80,7 @@ def test_save_then_unchanged_rerun_passes(project, fake_vllm):
     assert "hf_supersecretvalue1" not in path.read_text()
     assert data["profile"]["env"]["HF_TOKEN"] == "***"
     # This checks the mechanism, not the noise (bench/gate_power.py measures that): a
-    # 2 s fake-server run on a busy 2-core machine can move by 50%, a 4x slowdown cannot.
+    # 1 s fake-server pass on a busy 2-core machine can move by 50%, a 4x slowdown cannot.
     tolerances = [f"{m}=1.0" for m in compare.DEFAULT_TOLERANCES if m != "preemptions"]
     project.makeini("[pytest]\nvllm_tolerances =\n    " + "\n    ".join(tolerances) + "\n")
     result = run(project, fake_vllm, "--vllm-require-baseline")
@@ -89,7 +101,7 @@ def test_regression_fails_with_metric_and_profile_diff(project, fake_vllm):
     result.stdout.fnmatch_lines(
         [
             "*vLLM perf regression against*p.json*",
-            "*>> itl_p50_ms:*regressed*",
+            f"*>> itl_p50_ms:*over {PASSES} vs {PASSES} passes*regressed*",
             "*changed since the baseline:*",
             "*profile engine.max_num_seqs (unset) -> 1*",
         ]
@@ -169,3 +181,28 @@ def test_plots_and_side_by_side_table(project, fake_vllm, capsys):
     assert cli.main(["table", str(project.path / ".vllm-perf"), "--profiles", "q,p"]) == 0
     table = capsys.readouterr().out
     assert "ratios to q" in table and "\np        " in table
+
+
+def test_bad_repeat_is_a_usage_error(project, fake_vllm):
+    result = run(project, fake_vllm, "--vllm-repeat=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--vllm-repeat: expected a whole number of passes >= 1*"])
+
+
+def test_single_pass_schema_1_baseline_is_compared_with_a_warning(project, fake_vllm):
+    """Baselines saved before passes existed (one pass, schema 1) still gate, and say how."""
+    run(project, fake_vllm, "--vllm-save-baseline", "--vllm-repeat=1").assert_outcomes(passed=1)
+    [path] = stored(project)
+    data = json.loads(path.read_text())
+    data["schema"] = 1
+    data["samples"] = {"records": data["samples"]["passes"][0]["records"]}
+    path.write_text(json.dumps(data))
+    fake_vllm.delay_s *= 4
+    result = run(project, fake_vllm)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*>> itl_p50_ms:*over time blocks*regressed*",
+            "*1 baseline vs 4 current pass(es): intervals come from time blocks*",
+        ]
+    )

@@ -25,7 +25,7 @@ QUICK = workload.named("mixed").override(
 PERF_TEST = """
 import pytest
 
-@pytest.mark.vllm_perf(workload="mixed", duration_s=6, warmup_requests=1,
+@pytest.mark.vllm_perf(workload="mixed", duration_s=6, warmup_requests=1, repeat=1,
                        chat={{"users": 2, "output_tokens": 16}},
                        long={{"rate": 1.0, "prompt_tokens": 512, "output_tokens": 4}},
                        thresholds={thresholds})
@@ -70,7 +70,7 @@ def test_preemptions_counted_and_no_process_left(perf_project):
         test_kv="""
         import pytest
 
-        @pytest.mark.vllm_perf(workload="kv_pressure", profile="small-kv", duration_s=8,
+        @pytest.mark.vllm_perf(workload="kv_pressure", profile="small-kv", duration_s=8, repeat=1,
                                seq={"users": 8, "prompt_tokens": 256, "output_tokens": 128},
                                thresholds={"min_preemptions": 1})
         def test_kv(vllm_perf):
@@ -137,7 +137,7 @@ def test_more_api_server_processes_boot_and_tokenize(perf_project):
         test_tok="""
         def test_tok(vllm_perf):
             outcome = vllm_perf.run(
-                "tokenizer_pressure", duration_s=5, warmup_requests=1,
+                "tokenizer_pressure", duration_s=5, warmup_requests=1, repeat=1,
                 text={"rate": 2.0, "prompt_tokens": 300})
             assert {r.prompt_tokens for r in outcome.result.records} == {300}
     """

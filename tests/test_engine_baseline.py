@@ -10,15 +10,18 @@ pytestmark = pytest.mark.engine
 PERF_TEST = """
 import pytest
 
-# Identical 10 s CPU runs differ by 10-25% on every metric (bench/gate_power.py measures
-# it), so these tests of the mechanism allow 100%: the unchanged rerun must pass, and
-# max_num_seqs=1 below must still regress far beyond that.
-@pytest.mark.vllm_perf(workload="mixed", duration_s=10, warmup_requests=2,
+# 4 passes a side: the fewest with which a verdict can be significant. The rerun
+# shares one server and its tolerances are loosened to 50%, because this test shows
+# the mechanism (saved, compared pass by pass, not regressed), and a red CI from a
+# 2-core VM's drift would teach nothing; bench/gate_power.py measures the gate's
+# false-alarm rate at the default tolerances. max_num_seqs=1 below regresses TTFT
+# p50 far beyond any of that.
+@pytest.mark.vllm_perf(workload="mixed", duration_s=4, warmup_requests=2, repeat=4,
                        chat={"users": 4, "output_tokens": 32},
                        long={"rate": 0.5, "prompt_tokens": 512, "output_tokens": 4},
-                       tolerances={"ttft_p50_ms": 1.0, "ttft_p99_ms": 1.0, "itl_p50_ms": 1.0,
-                                   "itl_p99_ms": 1.0, "tpot_mean_ms": 1.0, "e2el_p99_ms": 1.0,
-                                   "output_throughput": 1.0})
+                       tolerances={"ttft_p50_ms": 0.5, "ttft_p99_ms": 0.5, "itl_p50_ms": 0.5,
+                                   "itl_p99_ms": 0.5, "tpot_mean_ms": 0.5, "e2el_p99_ms": 0.5,
+                                   "output_throughput": 0.5})
 def test_gate(vllm_perf):
     vllm_perf.run()
 """
@@ -50,7 +53,7 @@ def test_worse_profile_is_a_regression_naming_metric_and_diff(perf_project):
     result.stdout.fnmatch_lines(
         [
             "*vLLM perf regression against*gate.json*",
-            "*>> ttft_p50_ms:*regressed*",
+            "*>> ttft_p50_ms:*over 4 vs 4 passes*regressed*",
             "*profile engine.max_num_seqs (unset) -> 1*",
         ]
     )

@@ -21,7 +21,10 @@ def test_perf(vllm_perf):
 
 
 def run(pytester: pytest.Pytester, url: str, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_inprocess(f"--vllm-url={url}", "-p", "no:cacheprovider", *args)
+    """One pass per workload keeps these fast; passes matter to verdicts (test_baseline.py)."""
+    return pytester.runpytest_inprocess(
+        f"--vllm-url={url}", "-p", "no:cacheprovider", "--vllm-repeat=1", *args
+    )
 
 
 def test_help_lists_options_and_ini_twins(pytester):

@@ -41,5 +41,5 @@ def test_yaml_file(tmp_path):
 
 
 def test_unknown_named_workload():
-    with pytest.raises(WorkloadError, match="built in: interference"):
+    with pytest.raises(WorkloadError, match="built in: decode, interference"):
         workload.named("nope")

@@ -1,0 +1,29 @@
+"""Atomic file writes: readers see the old file or the new one, never a partial one.
+
+Baselines and reports are both read by people and tools while a run may be
+killed; a temp file in the same folder, fsynced and renamed over the target,
+survives a crash or a concurrent writer at any point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` (newline-terminated) in one rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text if text.endswith("\n") else text + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
