@@ -24,7 +24,7 @@ OUTCOMES = pytest.StashKey[list[Outcome]]()
 SELECTED = pytest.StashKey[list[str]]()
 PERF_FIXTURES = ("vllm_perf", "vllm_server")
 MARKER_KEYS = frozenset({"workload", "thresholds", "tolerances", "profile", "repeat"})
-DEFAULT_REPEAT = 3
+DEFAULT_REPEAT = 5
 
 # (option, ini twin, help, ini default): the command line wins over the ini file.
 OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
@@ -40,7 +40,7 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--vllm-json", "vllm_json", "write all results as JSON to this path", None),
     ("--vllm-markdown", "vllm_markdown", "write a Markdown summary to this path", None),
     ("--vllm-plots", "vllm_plots", "write PNG plots into this folder (needs matplotlib)", None),
-    ("--vllm-repeat", "vllm_repeat", "passes of each workload; verdicts compare passes", None),
+    ("--vllm-repeat", "vllm_repeat", "passes of each workload [5]; verdicts compare passes", None),
 )
 FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--vllm-save-baseline", "vllm_save_baseline", "store each result as the new baseline"),

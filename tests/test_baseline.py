@@ -206,3 +206,18 @@ def test_single_pass_schema_1_baseline_is_compared_with_a_warning(project, fake_
             "*1 baseline vs 4 current pass(es): intervals come from time blocks*",
         ]
     )
+
+
+def passes_saved(project, fake, *args) -> int:
+    result = project.runpytest_inprocess(
+        f"--vllm-url={fake.url}", "--vllm-profile=p", "-p", "no:cacheprovider", *args
+    )
+    result.assert_outcomes(passed=1)
+    [path] = stored(project)
+    return len(json.loads(path.read_text())["samples"]["passes"])
+
+
+def test_five_passes_by_default_and_the_ini_twin(project, fake_vllm):
+    assert passes_saved(project, fake_vllm, "--vllm-save-baseline") == 5
+    project.makeini("[pytest]\nvllm_repeat = 2\n")
+    assert passes_saved(project, fake_vllm, "--vllm-save-baseline") == 2
