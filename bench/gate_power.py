@@ -141,7 +141,7 @@ def main() -> None:
     parser.add_argument("--passes", default="4,5,6,8", help="passes per side (comma-separated)")
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per pass")
     parser.add_argument("--factor", default="1.2,1.5,2", help="ITL stretch factors of A/B")
-    parser.add_argument("--draws", type=int, default=50, help="comparisons per boot pair")
+    parser.add_argument("--draws", type=int, default=20, help="comparisons per boot pair")
     parser.add_argument("--reanalyse", action="store_true", help="reuse the last raw passes")
     args = parser.parse_args()
     # SIGTERM skips atexit; exit cleanly so the server's process group is stopped.

@@ -204,6 +204,12 @@ def rank_sum_null(m: int, n: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def can_be_significant(m: int, n: int) -> bool:
+    """Whether ``m`` vs ``n`` passes can ever give an interval that excludes no change."""
+    counts = rank_sum_null(m, n)
+    return counts[0] <= (1 - CONFIDENCE) / 2 * sum(counts)
+
+
 def shift_interval(base: np.ndarray, cur: np.ndarray) -> tuple[float, float, float]:
     """Hodges-Lehmann shift ``cur - base`` and its exact distribution-free 95% interval.
 

@@ -105,14 +105,19 @@ def evaluate(
 
 
 def _single_pass_note(base: int, current: int) -> str:
-    """Say when the intervals could only come from time blocks inside one pass."""
-    if min(base, current) >= 2:
-        return ""
-    return (
-        f"{base} baseline vs {current} current pass(es): intervals come from time blocks "
-        "inside a pass and understate run-to-run noise; use --vllm-repeat 3 or more "
-        "on both sides for a trustworthy verdict"
-    )
+    """Say when the passes on hand cannot support a trustworthy verdict, and why."""
+    if min(base, current) < 2:
+        return (
+            f"{base} baseline vs {current} current pass(es): intervals come from time "
+            "blocks inside a pass and understate run-to-run noise; use --vllm-repeat 5 "
+            "on both sides for a trustworthy verdict"
+        )
+    if not compare.can_be_significant(base, current):
+        return (
+            f"{base} baseline vs {current} current passes can never give a significant "
+            "verdict at 95%; use --vllm-repeat 4 or more on both sides"
+        )
+    return ""
 
 
 def _changes(stored: baseline.Baseline, outcome: Outcome) -> list[str]:

@@ -86,6 +86,8 @@ def test_shift_interval_is_exact_for_few_passes():
     assert low < est < high
     # 3 vs 3 can never reach 95%: the interval is unbounded, never a false verdict.
     assert compare.shift_interval(low_b[:3], high_c[:3])[1:] == (-math.inf, math.inf)
+    assert not compare.can_be_significant(3, 3)
+    assert compare.can_be_significant(4, 4) and compare.can_be_significant(3, 5)
 
 
 def test_one_hiccup_pass_does_not_hide_a_consistent_slowdown():
