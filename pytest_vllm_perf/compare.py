@@ -215,8 +215,9 @@ def shift_interval(base: np.ndarray, cur: np.ndarray) -> tuple[float, float, flo
 
     The interval is the k-th smallest and k-th largest of the m*n pairwise
     differences, k from the Mann-Whitney null distribution, so its coverage is at
-    least 95% whatever the distribution of passes. With too few passes (fewer than
-    4 per side when equal) no such k exists and the interval is unbounded.
+    least 95% whatever the shape of the per-pass distribution (only a shift of it
+    is assumed). With too few passes (fewer than 4 per side when equal) no such k
+    exists and the interval is unbounded.
     """
     diffs = np.sort(np.subtract.outer(cur, base).ravel())
     counts = rank_sum_null(len(base), len(cur))
