@@ -9,6 +9,7 @@ pytest-benchmark supplies the machine and commit info; its FileStorage layout
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -38,8 +39,9 @@ class Baseline:
     path: Path
     data: Mapping[str, Any]
 
-    @property
+    @functools.cached_property
     def repetitions(self) -> tuple[Repetition, ...]:
+        """The stored passes, parsed once (load() parses them to validate the file)."""
         samples = self.data["samples"]
         if self.data["schema"] == 1:
             passes = [{"records": samples["records"], "duration_s": self.data["duration_s"]}]
@@ -53,14 +55,6 @@ class Baseline:
             )
             for p in passes
         )
-
-    @property
-    def records(self) -> list[RequestRecord]:
-        return [r for rep in self.repetitions for r in rep.records]
-
-    @property
-    def duration_s(self) -> float:
-        return float(self.data["duration_s"])
 
     @property
     def metrics(self) -> Mapping[str, float]:
@@ -91,8 +85,9 @@ def load(path: Path) -> Baseline | None:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("schema") not in READABLE:
             raise BaselineError(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA}")
-        Baseline(path, data).repetitions  # noqa: B018 - validate the samples now, not mid-compare
-        return Baseline(path, data)
+        stored = Baseline(path, data)
+        stored.repetitions  # noqa: B018 - validate the samples now, not mid-compare
+        return stored
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise BaselineError(
             f"corrupt vLLM perf baseline {path}: {type(exc).__name__}: {exc}. "

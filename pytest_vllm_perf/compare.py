@@ -256,6 +256,20 @@ def _quantiles(ratios: np.ndarray, alpha: float) -> tuple[float, float]:
     return float(low[0]), float(high[1])
 
 
+@dataclass(frozen=True)
+class _Fallback:
+    """The block bootstrap's ratios and each side's pooled samples."""
+
+    ratios: dict[str, np.ndarray]
+    whole: tuple[Block, Block]
+
+    @classmethod
+    def of(cls, base: Sequence[Repetition], cur: Sequence[Repetition], seed: int) -> _Fallback:
+        rng = np.random.default_rng(seed)
+        ratios = bootstrap_ratios(side_blocks(base), side_blocks(cur), rng)
+        return cls(ratios, (pooled(base), pooled(cur)))
+
+
 def compare_runs(
     baseline: Sequence[Repetition],
     current: Sequence[Repetition],
@@ -263,8 +277,7 @@ def compare_runs(
     seed: int = 0,
 ) -> list[Verdict]:
     """A verdict for every latency and throughput metric."""
-    boot: dict[str, np.ndarray] | None = None
-    whole_b, whole_c = pooled(baseline), pooled(current)
+    fallback: _Fallback | None = None  # computed only if some metric needs it
     pass_b, pass_c = ([pooled([rep]) for rep in side] for side in (baseline, current))
     alpha = (1 - CONFIDENCE) / 2
     out = []
@@ -276,14 +289,13 @@ def compare_runs(
             ratio, low, high = math.exp(shift), math.exp(low_log), math.exp(high_log)
             basis = f"{len(vb)} vs {len(vc)} passes"
         else:
-            if boot is None:
-                rng = np.random.default_rng(seed)
-                boot = bootstrap_ratios(side_blocks(baseline), side_blocks(current), rng)
+            fallback = fallback or _Fallback.of(baseline, current, seed)
+            whole_b, whole_c = fallback.whole
             b = stat(whole_b.samples, whole_b.duration_s)
             c = stat(whole_c.samples, whole_c.duration_s)
             with np.errstate(divide="ignore", invalid="ignore"):
                 ratio = float(np.divide(c, b))
-            low, high = _quantiles(boot[metric], alpha)
+            low, high = _quantiles(fallback.ratios[metric], alpha)
             basis = BLOCKS
         tol = tolerances.get(metric, DEFAULT_TOLERANCES[metric])
         verdict = classify(ratio, low, high, tol, metric in HIGHER_IS_BETTER)

@@ -100,11 +100,11 @@ def evaluate(
     if base_pre is not None and cur_pre is not None:
         tol = tolerances.get("preemptions", compare.DEFAULT_TOLERANCES["preemptions"])
         verdicts.append(compare.compare_count("preemptions", base_pre, cur_pre, tol))
-    note = _single_pass_note(len(stored.repetitions), len(outcome.result.repetitions))
+    note = _passes_note(len(stored.repetitions), len(outcome.result.repetitions))
     return GateResult(COMPARED, path, tuple(verdicts), tuple(_changes(stored, outcome)), note)
 
 
-def _single_pass_note(base: int, current: int) -> str:
+def _passes_note(base: int, current: int) -> str:
     """Say when the passes on hand cannot support a trustworthy verdict, and why."""
     if min(base, current) < 2:
         return (

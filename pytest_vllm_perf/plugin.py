@@ -22,6 +22,7 @@ from pytest_vllm_perf.session import Outcome, measure, merged_thresholds
 POOL = pytest.StashKey[ServerPool]()
 OUTCOMES = pytest.StashKey[list[Outcome]]()
 SELECTED = pytest.StashKey[list[str]]()
+REPEAT = pytest.StashKey[int]()
 PERF_FIXTURES = ("vllm_perf", "vllm_server")
 MARKER_KEYS = frozenset({"workload", "thresholds", "tolerances", "profile", "repeat"})
 DEFAULT_REPEAT = 5
@@ -118,7 +119,9 @@ def pytest_configure(config: pytest.Config) -> None:
         for name in names:
             _load_profile(name, profiles_dir)  # fail before anything boots
     ini_tolerances(config)
-    repeat_count(option(config, "vllm_repeat") or DEFAULT_REPEAT, "--vllm-repeat")
+    config.stash[REPEAT] = repeat_count(
+        option(config, "vllm_repeat") or DEFAULT_REPEAT, "--vllm-repeat"
+    )
     config.stash[SELECTED] = names
     config.stash[POOL] = ServerPool(
         PoolConfig(
@@ -291,14 +294,13 @@ class PerfRunner:
         return outcome
 
     def _repeat(self, explicit: object) -> int:
-        """Passes: code or marker, else the command line, else the ini file."""
-        config = self._request.config
-        if explicit is not None:
-            try:
-                return repeat_count(explicit, "repeat")
-            except pytest.UsageError as exc:  # a bad marker fails its test, not the session
-                pytest.fail(str(exc), pytrace=False)
-        return repeat_count(option(config, "vllm_repeat") or DEFAULT_REPEAT, "--vllm-repeat")
+        """Passes: code or marker, else the command line or ini (validated at configure)."""
+        if explicit is None:
+            return self._request.config.stash[REPEAT]
+        try:
+            return repeat_count(explicit, "repeat")
+        except pytest.UsageError as exc:  # a bad marker fails its test, not the session
+            pytest.fail(str(exc), pytrace=False)
 
     def _measure(
         self, load: workloads.Workload, limits: Mapping[str, float], passes: int

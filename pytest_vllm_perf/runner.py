@@ -10,6 +10,7 @@ compares, and their results are also pooled into one set of metrics.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -143,15 +144,9 @@ async def run(
             await asyncio.gather(*background)
         timeline.after = await metrics.scrape(session, base_url)
     counters = timeline.counters()
-    records = [r for rep in reps for r in rep.records]
-    duration = sum(rep.duration_s for rep in reps)
-    return RunResult(
-        workload,
-        tuple(reps),
-        counters,
-        tuple(timeline.samples),
-        summarize(workload, records, duration, counters),
-    )
+    result = RunResult(workload, tuple(reps), counters, tuple(timeline.samples))
+    metrics_ = summarize(workload, result.records, result.duration_s, counters)
+    return dataclasses.replace(result, metrics=metrics_)
 
 
 async def _pass(state: _Run, index: int) -> Repetition:
