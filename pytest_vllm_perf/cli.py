@@ -1,7 +1,8 @@
 """``python -m pytest_vllm_perf.cli table [STORE]``: side-by-side tables from stored baselines.
 
-Committed baselines hold every raw sample, so the profile comparison a session
-printed can be regenerated (and reviewed) from the JSON alone, on any machine.
+Committed baselines hold every pass's metrics, so the profile comparison a
+session printed can be regenerated (and reviewed) from the JSON alone, on any
+machine. This reads files only: it imports nothing that starts a server.
 """
 
 from __future__ import annotations
@@ -10,10 +11,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from pytest_vllm_perf import baseline, report
+from pytest_vllm_perf.core.errors import BaselineError
+from pytest_vllm_perf.report import text
+from pytest_vllm_perf.verdict import baseline
+
+__all__ = ["main", "sides"]
 
 
-def sides(store: Path, hardware: str | None, profiles: list[str]) -> list[report.Side]:
+def sides(store: Path, hardware: str | None, profiles: list[str]) -> list[text.Side]:
     """Every stored baseline of one hardware class, ordered by test, then ``profiles``."""
     order = {name: i for i, name in enumerate(profiles)}
     found = []
@@ -21,14 +26,11 @@ def sides(store: Path, hardware: str | None, profiles: list[str]) -> list[report
         if hardware and path.parent.parent.name != baseline.slug(hardware):
             continue
         stored = baseline.load(path)
-        if stored is None or (profiles and stored.data["profile"]["name"] not in order):
+        if stored is None or (profiles and stored.profile not in order):
             continue
         found.append(stored)
-    found.sort(key=lambda b: (b.data["test"], order.get(b.data["profile"]["name"], len(order))))
-    return [
-        report.Side(b.data["test"], b.data["profile"]["name"], b.repetitions, b.metrics)
-        for b in found
-    ]
+    found.sort(key=lambda b: (b.test, order.get(b.profile, len(order))))
+    return [text.Side(b.test, b.profile, b.boots, b.metrics) for b in found]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     names = [p for p in args.profiles.split(",") if p]
     try:
-        lines = report.side_by_side(sides(args.store, args.hardware, names))
-    except baseline.BaselineError as exc:
+        lines = text.side_by_side(sides(args.store, args.hardware, names))
+    except BaselineError as exc:
         print(exc, file=sys.stderr)
         return 2
     print("\n".join(lines).strip() or "no test has baselines under two or more profiles")

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vllm_perf.pool import PoolConfig, ServerPool
-from pytest_vllm_perf.profiles import load
-from tests.engine import require_engine
+from pytest_vllm_perf.config.profiles import load
+from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
+from tests.real_engine import require_engine
 from tests.fake_server import FakeVllm, ServerThread
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,6 +32,6 @@ def perf_project(pytester: pytest.Pytester) -> pytest.Pytester:
 def real_server(tmp_path_factory):
     """One real vLLM CPU server with the default profile, shared by the engine tests."""
     require_engine()
-    pool = ServerPool(PoolConfig(REPO / "profiles", tmp_path_factory.mktemp("cache")), print)
+    pool = ServerPool(PoolConfig(tmp_path_factory.mktemp("cache")), print)
     yield pool.get(load("default", REPO / "profiles"))
     pool.stop()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pytest_vllm_perf import baseline
+from pytest_vllm_perf.verdict import baseline
 
 
 def test_save_is_atomic_and_stable(tmp_path):
@@ -36,7 +36,7 @@ def test_killed_writer_never_leaves_a_partial_file(tmp_path):
     baseline.save(path, {"generation": -1, "pad": "x" * 10})
     writer = textwrap.dedent(f"""
         from pathlib import Path
-        from pytest_vllm_perf import baseline
+        from pytest_vllm_perf.verdict import baseline
         i = 0
         while True:
             baseline.save(Path({str(path)!r}), {{"generation": i, "pad": "x" * 4_000_000}})

@@ -1,3 +1,5 @@
+"""Verdicts over passes: methods, boots, pairing and the family-wise correction."""
+
 from __future__ import annotations
 
 import math
@@ -6,8 +8,11 @@ import random
 import numpy as np
 import pytest
 
-from pytest_vllm_perf import compare
-from pytest_vllm_perf.records import Repetition, RequestRecord
+from pytest_vllm_perf.core.records import PassRecord, RequestRecord, Verdict
+from pytest_vllm_perf.core.workload import RequestClass, Workload
+from pytest_vllm_perf.verdict import compare, stats
+
+LOAD = Workload("w", (RequestClass("c", 16, 32, users=1),))
 
 
 def run(scale: float, seed: int, n: int = 120) -> list[RequestRecord]:
@@ -27,106 +32,126 @@ def run(scale: float, seed: int, n: int = 120) -> list[RequestRecord]:
     ]
 
 
-def one_pass(records: list[RequestRecord]) -> list[Repetition]:
-    return [Repetition(tuple(records), 12.0)]
-
-
-def verdicts(a, b):
-    return {v.metric: v.verdict for v in compare.compare_runs(one_pass(a), one_pass(b), {})}
-
-
-def passes(levels: list[float], seed: int) -> list[Repetition]:
+def side(levels: list[float], seed: int, first_index: int = 0) -> compare.Passes:
     """Passes whose whole level differs, as whole runs on a shared machine drift."""
-    return [Repetition(tuple(run(level, seed + i)), 12.0) for i, level in enumerate(levels)]
+    records = [
+        PassRecord(tuple(run(level, seed + i)), 12.0, index=first_index + i)
+        for i, level in enumerate(levels)
+    ]
+    return compare.Passes(
+        metrics=tuple(stats.pass_metrics(LOAD, p) for p in records),
+        indices=tuple(p.index for p in records),
+        durations=tuple(p.duration_s for p in records),
+        records=tuple(records),
+    )
 
 
-def test_same_distribution_is_not_a_regression():
-    result = verdicts(run(1.0, 0), run(1.0, 1))
-    assert compare.REGRESSED not in result.values()
-    assert result["itl_p50_ms"] == compare.UNCHANGED
+def verdicts(base, cur, keys=("itl_p50_ms", "tpot_mean_ms", "itl_p99_ms"), **kw):
+    found = compare.compare(base, cur, keys, {}, gated=keys, **kw)
+    return {v.metric: v for v in found}
 
 
-def test_clear_slowdown_regresses_and_speedup_improves():
-    slower = verdicts(run(1.0, 0), run(1.5, 1))
-    assert slower["itl_p50_ms"] == slower["tpot_mean_ms"] == compare.REGRESSED
-    faster = verdicts(run(1.5, 0), run(1.0, 1))
-    assert faster["itl_p50_ms"] == compare.IMPROVED
+def test_same_level_is_unchanged_and_clear_changes_are_called():
+    same = verdicts([side([1.0] * 5, 0)], side([1.0] * 5, 100))
+    assert {v.verdict for v in same.values()} <= {Verdict.UNCHANGED, Verdict.INCONCLUSIVE}
+    assert same["itl_p50_ms"].verdict is Verdict.UNCHANGED
+    slower = verdicts([side([1.0] * 5, 0)], side([1.5] * 5, 100))
+    assert slower["itl_p50_ms"].verdict is slower["tpot_mean_ms"].verdict is Verdict.REGRESSED
+    faster = verdicts([side([1.5] * 5, 0)], side([1.0] * 5, 100))
+    assert faster["itl_p50_ms"].verdict is Verdict.IMPROVED
 
 
-def test_small_significant_change_below_tolerance_is_not_regressed():
-    result = verdicts(run(1.0, 0), run(1.05, 0))
-    assert result["itl_p99_ms"] != compare.REGRESSED
+def test_significant_but_within_tolerance_is_not_regressed():
+    found = verdicts([side([1.0] * 5, 0)], side([1.05] * 5, 0))
+    assert found["itl_p50_ms"].verdict is not Verdict.REGRESSED
+    assert found["itl_p50_ms"].p_value < 0.05  # every current pass is slower
 
 
-def test_classify_rules():
-    assert compare.classify(1.3, 1.2, 1.4, 0.1, False) == compare.REGRESSED
-    assert compare.classify(1.3, 0.9, 1.7, 0.1, False) == compare.INCONCLUSIVE
-    assert compare.classify(1.02, 0.98, 1.05, 0.1, False) == compare.UNCHANGED
-    # throughput: a drop is the regression
-    assert compare.classify(0.7, 0.6, 0.8, 0.1, True) == compare.REGRESSED
+def test_classify():
+    assert compare.classify(1.3, 1.2, 1.4, 0.01, 0.1, False) is Verdict.REGRESSED
+    assert compare.classify(1.3, 1.2, 1.4, 0.2, 0.1, False) is Verdict.INCONCLUSIVE  # not significant
+    assert compare.classify(1.3, 0.9, 1.7, 0.3, 0.1, False) is Verdict.INCONCLUSIVE
+    assert compare.classify(1.02, 0.98, 1.05, 0.5, 0.1, False) is Verdict.UNCHANGED
+    # throughput: higher is better, so x0.7 is a regression
+    assert compare.classify(0.7, 0.6, 0.8, 0.01, 0.1, True) is Verdict.REGRESSED
 
 
-def test_preemption_count_rule():
-    assert compare.compare_count("preemptions", 0, 5, 0.5).verdict == compare.REGRESSED
-    assert compare.compare_count("preemptions", 10, 12, 0.5).verdict == compare.UNCHANGED
-    assert compare.compare_count("preemptions", 20, 2, 0.5).verdict == compare.IMPROVED
+def test_holm_makes_a_test_of_many_metrics_as_strict_as_one():
+    """Two metrics just significant on their own: Holm doubles the smaller p."""
+    base, cur = [side([1.0] * 4, 0)], side([1.5] * 4, 100)  # 4 vs 4: smallest p = 2/70
+    one = verdicts(base, cur, keys=("itl_p50_ms",))
+    two = verdicts(base, cur, keys=("itl_p50_ms", "tpot_mean_ms"))
+    assert one["itl_p50_ms"].p_value == pytest.approx(2 / 70)
+    assert one["itl_p50_ms"].verdict is Verdict.REGRESSED
+    assert two["itl_p50_ms"].p_holm == pytest.approx(4 / 70)
+    assert two["itl_p50_ms"].verdict is Verdict.INCONCLUSIVE
+    reported = compare.compare(base, cur, ("itl_p50_ms", "tpot_mean_ms"), {}, gated=("tpot_mean_ms",))
+    by = {v.metric: v for v in reported}
+    assert by["itl_p50_ms"].gated is False and by["itl_p50_ms"].p_holm == by["itl_p50_ms"].p_value
 
 
-def test_rank_sum_null_counts_every_ordering():
-    assert compare.rank_sum_null(2, 2) == (1, 1, 2, 1, 1)
-    assert sum(compare.rank_sum_null(5, 5)) == math.comb(10, 5)
+def test_boots_widen_the_interval_by_their_drift():
+    """A current boot 12% off is inside what two baseline boots 15% apart already show."""
+    one_boot = verdicts([side([1.0] * 6, 0)], side([1.12] * 6, 100), keys=("itl_p50_ms",))
+    two_boots = verdicts(
+        [side([1.0] * 6, 0), side([1.15] * 6, 50)], side([1.12] * 6, 100), keys=("itl_p50_ms",)
+    )
+    a, b = one_boot["itl_p50_ms"], two_boots["itl_p50_ms"]
+    assert a.low > 1  # one boot: the 12% is significant
+    assert b.low < 1 < b.high and b.high - b.low > a.high - a.low
+    assert "2 baseline boots, drift allowance x1.1" in b.basis
+    assert b.verdict is not Verdict.REGRESSED
 
 
-def test_shift_interval_is_exact_for_few_passes():
-    low_b, high_c = np.log([1.0, 1.1, 0.9, 1.05]), np.log([2.0, 2.1, 1.9, 2.2])
-    est, low, high = compare.shift_interval(low_b, high_c)
-    # 4 vs 4: only "every current pass beyond every baseline pass" is significant,
-    # so the interval runs from the smallest to the largest pairwise difference.
-    assert (low, high) == pytest.approx((np.log(1.9 / 1.1), np.log(2.2 / 0.9)))
-    assert low < est < high
-    # 3 vs 3 can never reach 95%: the interval is unbounded, never a false verdict.
-    assert compare.shift_interval(low_b[:3], high_c[:3])[1:] == (-math.inf, math.inf)
-    assert not compare.can_be_significant(3, 3)
-    assert compare.can_be_significant(4, 4) and compare.can_be_significant(3, 5)
+def test_pairing_is_used_when_six_passes_share_their_schedule():
+    base = [side([1.0, 1.6, 1.0, 1.6, 1.0, 1.6], 0)]
+    cur = side([1.2, 1.92, 1.2, 1.92, 1.2, 1.92], 0)  # x1.2 on a schedule-driven level
+    paired = verdicts(base, cur, keys=("itl_p50_ms",), pair=True)["itl_p50_ms"]
+    unpaired = verdicts(base, cur, keys=("itl_p50_ms",), pair=False)["itl_p50_ms"]
+    assert paired.basis.startswith("6 pairs of passes, paired")
+    assert unpaired.basis.startswith("6 vs 6 passes")
+    assert paired.verdict is Verdict.REGRESSED
+    assert unpaired.verdict is not Verdict.REGRESSED  # the schedule's spread hides it
+    shifted = verdicts(base, side([1.2] * 6, 0, first_index=10), keys=("itl_p50_ms",), pair=True)
+    assert shifted["itl_p50_ms"].basis.startswith("6 vs 6")  # no common pass indices
 
 
-def test_one_hiccup_pass_does_not_hide_a_consistent_slowdown():
-    base = passes([1.0, 1.03, 0.97, 1.01, 0.99, 1.02, 0.98, 2.5], 0)  # one machine stall
-    cur = passes([1.3, 1.33, 1.28, 1.35, 1.31, 1.29, 1.34, 1.32], 10)
-    found = {v.metric: v for v in compare.compare_runs(base, cur, {})}
-    assert found["itl_p50_ms"].verdict == compare.REGRESSED
-    # A t interval on the same values is swamped by the outlier: t(7) = 2.36.
-    lb = np.log([1.0, 1.03, 0.97, 1.01, 0.99, 1.02, 0.98, 2.5])
-    lc = np.log([1.3, 1.33, 1.28, 1.35, 1.31, 1.29, 1.34, 1.32])
-    se = np.sqrt(lb.var(ddof=1) / 8 + lc.var(ddof=1) / 8)
-    assert lc.mean() - lb.mean() < 2.36 * se
+def test_single_pass_falls_back_to_time_blocks_and_says_so():
+    found = verdicts([side([1.0], 0)], side([1.5], 1), keys=("itl_p50_ms",))
+    assert found["itl_p50_ms"].basis == "time blocks"
+    assert found["itl_p50_ms"].verdict is Verdict.REGRESSED
+    note = compare.passes_note([side([1.0], 0)], side([1.0] * 4, 1))
+    assert "1 baseline vs 4 current pass(es)" in note
 
 
-def test_drift_between_passes_widens_the_interval_that_one_pass_cannot_see():
-    # Each pass as a whole is 20% faster or slower than the others, as on a shared CPU.
-    base, cur = passes([0.8, 1.2, 0.9, 1.1], 0), passes([1.15, 0.85, 1.25, 0.95], 10)
-    by_pass = {v.metric: v for v in compare.compare_runs(base, cur, {})}
-    assert by_pass["itl_p50_ms"].basis == "4 vs 4 passes"
-    assert by_pass["itl_p50_ms"].low < 1 < by_pass["itl_p50_ms"].high
-    assert compare.REGRESSED not in {v.verdict for v in by_pass.values()}
-    # The same data judged on one pass per side calls noise a regression.
-    single = verdicts(list(base[0].records), list(cur[0].records))
-    assert single["itl_p50_ms"] == compare.REGRESSED
+def test_failed_requests_make_a_metric_inconclusive_not_hidden():
+    cur = side([1.0] * 4, 5)
+    broken = [dict(m, ttft_p99_ms=math.inf) for m in cur.metrics]
+    cur = compare.Passes(tuple(broken), cur.indices, cur.durations)
+    found = verdicts([side([1.0] * 4, 0)], cur, keys=("ttft_p99_ms",))
+    assert found["ttft_p99_ms"].verdict is Verdict.INCONCLUSIVE
+    assert found["ttft_p99_ms"].current == math.inf
 
 
-def test_consistent_slowdown_across_passes_regresses():
-    base, cur = passes([1.0, 1.05, 0.95, 1.02], 0), passes([1.3, 1.35, 1.28, 1.32], 10)
-    found = {v.metric: v for v in compare.compare_runs(base, cur, {})}
-    assert found["itl_p99_ms"].verdict == compare.REGRESSED
-    assert found["tpot_mean_ms"].verdict == compare.REGRESSED
-    assert found["itl_p99_ms"].low > 1
+def test_counter_rates_are_compared_per_pass():
+    def rates(counts):
+        metrics = tuple({"preemptions_per_s": c / 10.0} for c in counts)
+        return compare.Passes(metrics, tuple(range(len(counts))), (10.0,) * len(counts))
+
+    none = [rates([0, 0, 0, 0, 0])]
+    keys = ("preemptions_per_s",)
+    assert verdicts(none, rates([0] * 5), keys)["preemptions_per_s"].verdict is Verdict.UNCHANGED
+    more = verdicts(none, rates([4, 6, 5, 7, 5]), keys)["preemptions_per_s"]
+    assert more.verdict is Verdict.REGRESSED
+    # the same rate over 2 or 8 passes is never called a regression by its count
+    for n in (2, 8):
+        same = verdicts([rates([5] * 5)], rates([5] * n), keys)["preemptions_per_s"]
+        assert same.verdict is not Verdict.REGRESSED and same.ratio == pytest.approx(1)
 
 
-def test_failures_fall_back_to_blocks_and_still_regress():
-    base = passes([1.0, 1.0], 0)
-    broken = [RequestRecord("c", 1.2 * i, None, (), 5.0, 16, 0, 32, "timeout") for i in range(10)]
-    cur = [Repetition(rep.records + tuple(broken), 12.0) for rep in passes([1.0, 1.0], 5)]
-    found = {v.metric: v for v in compare.compare_runs(base, cur, {})}
-    assert math.isinf(found["ttft_p99_ms"].current)
-    assert found["ttft_p99_ms"].basis == compare.BLOCKS
-    assert found["ttft_p99_ms"].verdict == compare.REGRESSED
+def test_tolerance_of_a_class_metric_falls_back_to_its_metric():
+    found = compare.compare(
+        [side([1.0] * 4, 0)], side([1.0] * 4, 1), ("c.itl_p50_ms",), {"itl_p50_ms": 0.3}
+    )
+    assert found[0].tolerance == 0.3
+    assert not np.isnan(found[0].ratio)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from pytest_vllm_perf import models
+from pytest_vllm_perf.serving import models
 
 
 def test_tiny_model_folder_has_a_working_tokenizer(tmp_path):

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vllm_perf import profiles
-from pytest_vllm_perf.profiles import ProfileError
+from pytest_vllm_perf.config import profiles
+from pytest_vllm_perf.core.errors import ProfileError
 
 REPO_PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 

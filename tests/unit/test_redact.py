@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from pytest_vllm_perf import redact
+from pytest_vllm_perf.core import redact
 
 
 def test_secret_names_and_values_are_masked():

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from pytest_vllm_perf import stats
-from pytest_vllm_perf.records import RequestRecord
+from pytest_vllm_perf.verdict import stats
+from pytest_vllm_perf.core.records import RequestRecord
 
 
 def record(ttft=0.1, itl=(0.01, 0.03), e2el=0.2, tokens=3, expected=3, error=None, cls="chat"):
@@ -22,6 +22,14 @@ def test_infinite_samples_stay_infinite():
     values = [1.0] * 98 + [math.inf, math.inf]
     assert stats.percentile(values, 99) == math.inf
     assert stats.percentile(values, 50) == 1.0
+
+
+def test_percentile_at_a_whole_index_is_that_value_even_beside_infinity():
+    """numpy's a + 0 * (inf - a) is NaN; the median of [1, 2, inf] is 2, not inf."""
+    assert stats.percentile([1.0, 2.0, math.inf], 50) == 2.0
+    assert stats.percentile([1.0, 2.0, math.inf], 100) == math.inf
+    assert stats.percentile([1.0, 2.0, math.inf], 75) == math.inf  # interpolates towards inf
+    assert stats.percentile([3.0, 1.0, 2.0], 25) == 1.5
 
 
 def test_tpot_definition():

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from pytest_vllm_perf import thresholds
+from pytest_vllm_perf.report import text as report
+from pytest_vllm_perf.verdict import thresholds
 
 
 def test_upper_and_lower_bounds():
@@ -19,21 +20,21 @@ def test_upper_and_lower_bounds():
 def test_missing_or_infinite_values_fail():
     checks = thresholds.check({"ttft_p99_ms": math.inf}, {"ttft_p99_ms": 1e9, "itl_p99_ms": 5})
     assert [c.passed for c in checks] == [False, False]
-    assert "missing" in checks[0].describe()
+    assert "missing" in report.describe_check(checks[0])
 
 
 def test_unknown_metric_is_rejected():
     with pytest.raises(ValueError, match="unknown threshold 'ttft_p98_ms'"):
-        thresholds.validate_thresholds({"ttft_p98_ms": 1})
+        thresholds.validate({"ttft_p98_ms": 1})
     with pytest.raises(ValueError, match=r"chat\.preemptions"):
-        thresholds.validate_thresholds({"chat.preemptions": 1})
+        thresholds.validate({"chat.preemptions": 1})
 
 
 def test_failure_message_lists_every_check():
     checks = thresholds.check(
         {"ttft_p99_ms": 120.0, "failed": 0.0}, {"ttft_p99_ms": 100, "failed": 0}
     )
-    text = thresholds.failure_message(checks)
+    text = report.threshold_message(checks)
     assert text.splitlines() == [
         "1 of 2 vLLM perf thresholds failed:",
         "  ok   failed: 0 (limit <= 0)",

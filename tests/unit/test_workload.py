@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_vllm_perf import workload
-from pytest_vllm_perf.workload import WorkloadError
+from pytest_vllm_perf.config import workloads as workload
+from pytest_vllm_perf.core.errors import WorkloadError
+from pytest_vllm_perf.core.workload import RequestClass, Workload
 
 
 def test_named_workloads_exist_with_descriptions():
@@ -27,7 +28,7 @@ def test_unknown_override_names_choices():
 
 def test_class_needs_exactly_one_arrival_mode():
     with pytest.raises(WorkloadError, match="exactly one of users and rate"):
-        workload.RequestClass("x", 10, 10, users=1, rate=1.0)
+        RequestClass("x", 10, 10, users=1, rate=1.0)
 
 
 def test_yaml_file(tmp_path):
@@ -43,3 +44,22 @@ def test_yaml_file(tmp_path):
 def test_unknown_named_workload():
     with pytest.raises(WorkloadError, match="built in: decode, interference"):
         workload.named("nope")
+
+
+def test_every_built_in_workload_gates_on_a_few_compared_metrics():
+    for w in workload.NAMED.values():
+        assert 1 <= len(w.gate) <= 4, w.name
+
+
+def test_gate_names_a_compared_metric_of_a_class_it_has():
+    chat = RequestClass("chat", 8, 8, users=1)
+    with pytest.raises(WorkloadError, match="gate: unknown metric 'itl_p98_ms'"):
+        Workload("w", (chat,), gate=("itl_p98_ms",))
+    with pytest.raises(WorkloadError, match="'long.ttft_p50_ms' is not a compared metric"):
+        Workload("w", (chat,), gate=("long.ttft_p50_ms",))
+    assert Workload("w", (chat,), gate=["chat.itl_p99_ms"]).gate == ("chat.itl_p99_ms",)
+
+
+def test_gate_does_not_change_the_load_hash():
+    w = workload.named("decode")
+    assert w.override({"gate": ["itl_p50_ms"]}).hash == w.hash

@@ -1,0 +1,1 @@
+"""What a user declares: tuning profiles and workloads, read and validated."""

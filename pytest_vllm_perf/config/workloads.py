@@ -1,0 +1,92 @@
+"""The built-in workloads, and workloads from YAML files.
+
+Each built-in workload declares the few metrics it gates on (``gate``): the ones
+its load is built to move. The rest are compared and reported, not gated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import yaml
+
+from pytest_vllm_perf.core.errors import WorkloadError
+from pytest_vllm_perf.core.workload import RequestClass, Workload, from_dict
+
+__all__ = ["NAMED", "load_file", "named"]
+
+
+def load_file(path: Path) -> Workload:
+    """A workload from a YAML file."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read workload file: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise WorkloadError(f"{path}: malformed YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise WorkloadError(f"{path}: a workload is a mapping")
+    data.setdefault("name", path.stem)
+    return from_dict(data, str(path))
+
+
+CHAT = RequestClass("chat", prompt_tokens=64, output_tokens=64, users=4)
+
+NAMED: Final[dict[str, Workload]] = {
+    "mixed": Workload(
+        "mixed",
+        (CHAT, RequestClass("long", prompt_tokens=1024, output_tokens=8, rate=0.5)),
+        gate=("ttft_p99_ms", "itl_p99_ms", "tpot_mean_ms", "output_throughput"),
+        description="Short-prompt/long-decode users with long prompts arriving.",
+    ),
+    "interference": Workload(
+        "interference",
+        (
+            RequestClass("chat", prompt_tokens=64, output_tokens=128, users=4),
+            RequestClass("long", prompt_tokens=3072, output_tokens=4, rate=0.5),
+        ),
+        gate=("chat.itl_p99_ms", "chat.tpot_mean_ms", "long.ttft_p50_ms"),
+        description=(
+            "Steady streaming decode plus long prompts arriving. Watch chat ITL p99, "
+            "the worst stall (chat.itl_max_ms) and long-prompt TTFT."
+        ),
+    ),
+    "decode": Workload(
+        "decode",
+        (RequestClass("chat", prompt_tokens=64, output_tokens=64, users=8),),
+        gate=("tpot_mean_ms", "output_throughput", "itl_p99_ms"),
+        description=(
+            "Steady streaming decode and nothing else: ITL p99 is the tail of ordinary "
+            "decode steps, the steadiest latency tail to gate on."
+        ),
+    ),
+    "kv_pressure": Workload(
+        "kv_pressure",
+        (RequestClass("seq", prompt_tokens=384, output_tokens=256, users=12),),
+        gate=("preemptions_per_s", "ttft_p99_ms", "output_throughput"),
+        description=(
+            "More concurrent long sequences than a small KV cache holds. "
+            "Watch preemptions, TTFT p99 and kv_cache_usage_peak."
+        ),
+    ),
+    "tokenizer_pressure": Workload(
+        "tokenizer_pressure",
+        (RequestClass("text", prompt_tokens=2000, output_tokens=2, rate=8.0, text=True),),
+        gate=("ttft_p50_ms", "ttft_p99_ms", "request_throughput"),
+        description=(
+            "Many long texts with tiny outputs: the API server's tokenizer is the "
+            "bottleneck. Watch TTFT p50/p99 and request_throughput."
+        ),
+    ),
+}
+
+
+def named(name: str) -> Workload:
+    """A built-in workload by name."""
+    try:
+        return NAMED[name]
+    except KeyError:
+        raise WorkloadError(
+            f"unknown workload {name!r}; built in: {', '.join(sorted(NAMED))}"
+        ) from None

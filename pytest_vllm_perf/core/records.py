@@ -1,0 +1,275 @@
+"""Plain frozen records that cross module boundaries, in the order data flows.
+
+request -> pass -> measurement -> threshold checks and metric verdicts -> gate
+result -> outcome. None of them holds a live object (a server, a session, a file
+handle), so a report, a plot or the CLI can be built from stored JSON alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_vllm_perf.core.workload import Workload
+
+__all__ = [
+    "Check",
+    "Environment",
+    "GateResult",
+    "GateStatus",
+    "GaugeReading",
+    "Measurement",
+    "MetricVerdict",
+    "Outcome",
+    "PassRecord",
+    "Platform",
+    "Progress",
+    "Provenance",
+    "RequestRecord",
+    "Verdict",
+]
+
+Platform = Literal["cpu", "cuda"]
+Progress = Callable[[str], None]  # where progress lines go during long boots and runs
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request's timeline, in seconds; ``start`` is relative to the start of the run.
+
+    As ``vllm bench serve`` measures them: ``ttft`` is the time to the first streamed
+    chunk that has a choice (its text may be empty: byte-level tokenizers stream
+    partial characters as empty chunks), ``itl`` the gaps between consecutive such
+    chunks, and ``e2el`` ends at the last of them. ``error`` is None only for a
+    request that returned every token it asked for.
+    """
+
+    cls: str
+    start: float
+    ttft: float | None
+    itl: tuple[float, ...]
+    e2el: float
+    prompt_tokens: int
+    output_tokens: int
+    expected_output_tokens: int
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first: (E2EL - TTFT) / (tokens - 1)."""
+        if self.ttft is None or self.output_tokens < 2:
+            return None
+        return (self.e2el - self.ttft) / (self.output_tokens - 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RequestRecord:
+        return cls(**{**data, "itl": tuple(data.get("itl", ()))})
+
+
+@dataclass(frozen=True)
+class PassRecord:
+    """One pass of a workload; passes run back to back on the same server.
+
+    Requests inside one pass share batches and queues, so passes, not requests,
+    are the independent units whose spread is the run-to-run noise a gate must
+    beat. Pass ``index`` k replays the seeded schedule ``workload.seed + k``, so
+    pass k of two runs can be paired. ``start_s`` is the pass's offset in the run,
+    the time base of its records' ``start``. ``records`` hold the measured requests
+    only: those started during the ramp-up (``ramp_s``, while closed-loop users are
+    still joining) are left out and counted in ``ramp_requests``. ``drain_s`` is how
+    long the last requests ran past the pass's end. ``counters`` are server counter
+    deltas over the pass (preemptions), read at its boundaries.
+    """
+
+    records: tuple[RequestRecord, ...]
+    duration_s: float
+    start_s: float = 0.0
+    index: int = 0
+    counters: Mapping[str, float] = field(default_factory=dict)
+    ramp_s: float = 0.0
+    ramp_requests: int = 0
+    drain_s: float = 0.0
+    overloaded: str = ""  # why the pass measured a growing queue, or empty
+
+
+@dataclass(frozen=True)
+class GaugeReading:
+    """One read of the server's gauges, ``t`` seconds after the start of the run."""
+
+    t: float
+    kv_cache_usage: float | None
+    waiting: float | None
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What a result ran on: the keys of a baseline and the facts a reviewer checks."""
+
+    platform: str
+    hardware_class: str
+    vllm_version: str | None
+    torch_version: str | None
+    python_version: str
+    model: str = ""
+    parallelism: Mapping[str, object] = field(default_factory=dict)
+    device_env: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "parallelism": dict(self.parallelism)}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a measurement came from, built once when its server is ready."""
+
+    profile: str
+    profile_settings: Mapping[str, Any]
+    profile_hash: str
+    engine_argv: tuple[str, ...]
+    engine_notes: tuple[str, ...]
+    environment: Environment
+    boot_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One workload run: its passes, gauges, and metrics pooled and per pass.
+
+    ``metrics`` pool every pass (what thresholds check); ``pass_metrics[k]`` are the
+    same metrics of pass k alone (what verdicts compare).
+    """
+
+    workload: Workload
+    passes: tuple[PassRecord, ...]
+    metrics: Mapping[str, float]
+    pass_metrics: tuple[Mapping[str, float], ...]
+    gauges: tuple[GaugeReading, ...] = ()
+
+    @property
+    def records(self) -> tuple[RequestRecord, ...]:
+        return tuple(r for p in self.passes for r in p.records)
+
+    @property
+    def duration_s(self) -> float:
+        """Measured time, summed over passes (the throughput denominator)."""
+        return sum(p.duration_s for p in self.passes)
+
+    @property
+    def failures(self) -> list[RequestRecord]:
+        return [r for r in self.records if not r.ok]
+
+    @property
+    def overloaded(self) -> list[str]:
+        return [f"pass {p.index + 1}: {p.overloaded}" for p in self.passes if p.overloaded]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One threshold applied to one measured value."""
+
+    key: str
+    metric: str
+    limit: float
+    measured: float | None
+    lower_bound: bool = False
+
+    @property
+    def passed(self) -> bool:
+        if self.measured is None or self.measured != self.measured:  # missing or NaN
+            return False
+        return self.measured >= self.limit if self.lower_bound else self.measured <= self.limit
+
+
+class Verdict(StrEnum):
+    """What the gate concluded for one metric."""
+
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    UNCHANGED = "unchanged"
+    INCONCLUSIVE = "inconclusive"
+
+
+class GateStatus(StrEnum):
+    """What the gate did with one outcome."""
+
+    SAVED = "saved"
+    BOOT_ADDED = "boot added"
+    MISSING = "no baseline"
+    COMPARED = "compared"
+    WORKLOAD_CHANGED = "workload changed"
+    OTHER_HARDWARE = "other hardware"
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    """One metric compared: ratio current / baseline, its 95% interval, the verdict.
+
+    ``p_value`` is the two-sided p of "no change" from the same test the interval
+    inverts; ``p_holm`` is it adjusted over the test's gated metrics. ``gated``
+    metrics fail the test on ``regressed``; the others are reported only.
+    """
+
+    metric: str
+    baseline: float
+    current: float
+    ratio: float
+    low: float
+    high: float
+    tolerance: float
+    verdict: Verdict
+    basis: str = ""
+    p_value: float = float("nan")
+    p_holm: float = float("nan")
+    gated: bool = True
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """What the gate concluded for one outcome."""
+
+    status: GateStatus
+    path: Path
+    verdicts: tuple[MetricVerdict, ...] = ()
+    changes: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def regressions(self) -> list[MetricVerdict]:
+        return [v for v in self.verdicts if v.gated and v.verdict is Verdict.REGRESSED]
+
+    def summary(self) -> str:
+        """One word per outcome for tables: the worst gated verdict, or the status."""
+        if self.status is not GateStatus.COMPARED:
+            return str(self.status)
+        order = (Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.IMPROVED, Verdict.UNCHANGED)
+        found = {v.verdict for v in self.verdicts if v.gated}
+        return str(next((v for v in order if v in found), Verdict.UNCHANGED))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One test's measurement under one profile: provenance, checks and gate result."""
+
+    test_id: str
+    provenance: Provenance
+    result: Measurement
+    checks: tuple[Check, ...]
+    gate: GateResult | None = None
+
+    @property
+    def profile(self) -> str:
+        return self.provenance.profile
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)

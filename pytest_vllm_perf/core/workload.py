@@ -1,0 +1,128 @@
+"""Declarative workloads: request classes, arrivals, duration, warmup, seed and gated metrics.
+
+A workload is data, so it can come from a marker, a YAML file or code, be hashed
+into a baseline key, and be reproduced exactly (seeded arrivals and prompts).
+The built-in catalog and YAML loading live in ``config.workloads``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from pytest_vllm_perf.core.errors import ThresholdError, WorkloadError
+from pytest_vllm_perf.core.registry import metric
+
+__all__ = ["RequestClass", "Workload", "WorkloadError", "from_dict"]
+
+
+@dataclass(frozen=True)
+class RequestClass:
+    """Requests of one shape, sent by closed-loop users or as Poisson arrivals.
+
+    ``users`` keeps that many requests in flight back to back; ``rate`` sends
+    requests at that mean rate per second, whatever the server's pace. ``text``
+    sends words rather than token ids, so the API server has to tokenize them.
+    """
+
+    name: str
+    prompt_tokens: int
+    output_tokens: int
+    users: int = 0
+    rate: float = 0.0
+    text: bool = False
+
+    def __post_init__(self) -> None:
+        if self.prompt_tokens < 1 or self.output_tokens < 1:
+            raise WorkloadError(f"class {self.name!r}: token counts must be >= 1")
+        if (self.users > 0) == (self.rate > 0):
+            raise WorkloadError(f"class {self.name!r}: set exactly one of users and rate")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Everything that decides what load a run sends."""
+
+    name: str
+    classes: tuple[RequestClass, ...]
+    duration_s: float = 20.0
+    warmup_requests: int = 2
+    seed: int = 0
+    request_timeout_s: float = 300.0
+    ramp_s: float = 1.0
+    gate: tuple[str, ...] = field(default=(), compare=False)
+    description: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.classes:
+            raise WorkloadError(f"workload {self.name!r} has no request classes")
+        if self.duration_s <= 0:
+            raise WorkloadError(f"workload {self.name!r}: duration_s must be > 0")
+        if not 0 <= self.ramp_s < self.duration_s:
+            raise WorkloadError(f"workload {self.name!r}: ramp_s must be >= 0 and < duration_s")
+        object.__setattr__(self, "gate", tuple(self.gate))
+        names = {c.name for c in self.classes}
+        for key in self.gate:
+            try:
+                found = metric(key)
+            except ThresholdError as exc:
+                raise WorkloadError(f"workload {self.name!r}: gate: {exc}") from None
+            cls = key.rpartition(".")[0]
+            if found.tolerance is None or (cls and cls not in names):
+                raise WorkloadError(
+                    f"workload {self.name!r}: gate: {key!r} is not a compared metric of "
+                    f"its classes ({', '.join(sorted(names))})"
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def hash(self) -> str:
+        """What decides the load sent: two workloads with the same hash send the same load."""
+        body = self.to_dict()
+        body.pop("description")
+        body.pop("gate")
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+    def override(self, changes: Mapping[str, Any]) -> Workload:
+        """A copy with top-level fields or per-class fields (``{"chat": {"users": 4}}``) changed."""
+        top = {f.name for f in fields(self)} - {"classes", "name"}
+        by_name = {c.name: c for c in self.classes}
+        updates: dict[str, Any] = {}
+        for key, value in changes.items():
+            if key in top:
+                updates[key] = value
+            elif key in by_name and isinstance(value, Mapping):
+                by_name[key] = _replace_class(by_name[key], value)
+            else:
+                raise WorkloadError(
+                    f"workload {self.name!r}: unknown override {key!r}; fields: "
+                    f"{', '.join(sorted(top))}; classes: {', '.join(by_name)}"
+                )
+        return replace(self, classes=tuple(by_name.values()), **updates)
+
+
+def _replace_class(cls: RequestClass, changes: Mapping[str, Any]) -> RequestClass:
+    known = {f.name for f in fields(cls)} - {"name"}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise WorkloadError(f"class {cls.name!r}: unknown field {unknown[0]!r}")
+    return replace(cls, **changes)
+
+
+def from_dict(data: Mapping[str, Any], source: str = "workload") -> Workload:
+    """Build a workload from plain data (a YAML file's contents), naming bad keys."""
+    try:
+        classes = tuple(RequestClass(**c) for c in data.get("classes", ()))
+        rest = {k: v for k, v in data.items() if k != "classes"}
+        if "gate" in rest:
+            rest["gate"] = tuple(rest["gate"])
+        return Workload(classes=classes, **rest)
+    except TypeError as exc:
+        raise WorkloadError(f"{source}: {exc}") from exc
+    except WorkloadError as exc:
+        raise WorkloadError(f"{source}: {exc}") from None

@@ -1,0 +1,175 @@
+"""The ``vllm_perf`` fixture object: one test's perf runs, from its marker and its code.
+
+It resolves the workload (argument, else marker, else ``mixed``), hands the
+layering of thresholds and tolerances to :class:`measure.Plan`, runs the test
+through :func:`measure.run_test`, and turns every :class:`VllmPerfError` into a
+failed test with its message, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, NoReturn
+
+import pytest
+
+from pytest_vllm_perf import measure
+from pytest_vllm_perf.config import workloads
+from pytest_vllm_perf.core.errors import VllmPerfError, WorkloadError
+from pytest_vllm_perf.core.records import GateStatus, Outcome, Progress
+from pytest_vllm_perf.core.workload import Workload
+from pytest_vllm_perf.options import Settings
+from pytest_vllm_perf.report import text
+from pytest_vllm_perf.serving.pool import ServerHandle
+
+__all__ = ["MARKER_KEYS", "PerfFixture"]
+
+# Marker keywords with a meaning of their own; every other keyword overrides a workload field.
+MARKER_KEYS: Final = frozenset(
+    {"workload", "thresholds", "tolerances", "profile", "repeat", "gate"}
+)
+
+
+def marker_of(node: pytest.Item) -> Mapping[str, Any]:
+    mark = node.get_closest_marker("vllm_perf")
+    if mark is None:
+        return {}
+    if mark.args:
+        return {"workload": mark.args[0], **mark.kwargs}
+    return dict(mark.kwargs)
+
+
+class PerfFixture:
+    """Run workloads against this test's vLLM server: ``vllm_perf.run("interference")``."""
+
+    def __init__(
+        self,
+        node: pytest.Item,
+        settings: Settings,
+        server: ServerHandle,
+        collect: Callable[[Outcome], None],
+        progress: Progress | None = None,
+    ) -> None:
+        self._node = node
+        self._settings = settings
+        self._collect = collect
+        self._progress = progress
+        self.server = server
+        self.outcomes: list[Outcome] = []
+
+    @property
+    def _marker(self) -> Mapping[str, Any]:
+        return marker_of(self._node)
+
+    def workload(self, spec: str | Workload | None = None, **overrides: Any) -> Workload:
+        """The workload this test runs: argument, else marker, else ``mixed``; with overrides."""
+        try:
+            return self._workload(spec, overrides)
+        except VllmPerfError as exc:
+            _fail(exc)
+
+    def _workload(self, spec: str | Workload | None, overrides: Mapping[str, Any]) -> Workload:
+        marker = self._marker
+        spec = spec or marker.get("workload") or "mixed"
+        marker_overrides = {k: v for k, v in marker.items() if k not in MARKER_KEYS}
+        if isinstance(spec, str):
+            if spec.endswith((".yaml", ".yml")):
+                base = workloads.load_file(Path(self._node.path).parent / spec)
+            else:
+                base = workloads.named(spec)
+        else:
+            base = spec
+        return base.override({**marker_overrides, **overrides})
+
+    def run(
+        self,
+        spec: str | Workload | None = None,
+        *,
+        thresholds: Mapping[str, float] | None = None,
+        tolerances: Mapping[str, float] | None = None,
+        repeat: int | None = None,
+        gate: Sequence[str] = (),
+        **overrides: Any,
+    ) -> Outcome:
+        """Measure, check thresholds and the baseline; fail listing everything that broke."""
+        try:
+            outcome = self._run(spec, thresholds, tolerances, repeat, gate, overrides)
+        except VllmPerfError as exc:
+            _fail(exc)
+        self._collect(outcome)
+        self.outcomes.append(outcome)
+        problems = _problems(outcome, self._settings.require_baseline)
+        if problems:
+            pytest.fail("\n\n".join(problems), pytrace=False)
+        return outcome
+
+    def _run(
+        self,
+        spec: str | Workload | None,
+        thresholds: Mapping[str, float] | None,
+        tolerances: Mapping[str, float] | None,
+        repeat: int | None,
+        gate: Sequence[str],
+        overrides: Mapping[str, Any],
+    ) -> Outcome:
+        marker = self._marker
+        test_id = self._node.nodeid.split("[")[0]
+        if self.outcomes:
+            test_id += f"#{len(self.outcomes) + 1}"
+        explicit = repeat if repeat is not None else marker.get("repeat")
+        plan = measure.Plan.resolve(
+            test_id,
+            self._workload(spec, overrides),
+            _passes(explicit) if explicit is not None else self._settings.repeat,
+            self.server.platform,
+            thresholds_layers=(
+                self.server.provenance.profile_settings.get("thresholds"),
+                marker.get("thresholds"),
+                thresholds,
+            ),
+            tolerance_layers=(
+                self._settings.tolerances,
+                self.server.provenance.profile_settings.get("tolerances"),
+                marker.get("tolerances"),
+                tolerances,
+            ),
+            gate_extra=(*marker.get("gate", ()), *gate),
+        )
+        return measure.run_test(
+            plan, self.server, self._settings.baseline_dir, self._settings.save_mode, self._progress
+        )
+
+
+def _passes(value: object) -> int:
+    try:
+        count = int(str(value))
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise WorkloadError(f"repeat: expected a whole number of passes >= 1, got {value!r}")
+    return count
+
+
+def _fail(exc: VllmPerfError) -> NoReturn:
+    pytest.fail(str(exc), pytrace=False)
+
+
+def _problems(outcome: Outcome, require_baseline: bool) -> list[str]:
+    problems = []
+    if not outcome.passed:
+        message = text.threshold_message(outcome.checks)
+        errors = sorted({str(r.error) for r in outcome.result.failures})
+        if errors:
+            message += "\n  request errors: " + "; ".join(errors[:5])
+        problems.append(message)
+    result = outcome.gate
+    if result and result.regressions:
+        problems.append(text.regression_message(result))
+    if (
+        result
+        and require_baseline
+        and result.status in (GateStatus.MISSING, GateStatus.OTHER_HARDWARE)
+    ):
+        problems.append(f"--vllm-require-baseline: {result.note}")
+    return problems

@@ -1,0 +1,1 @@
+"""The load: prompts, the streaming client, passes of a workload, server counters."""

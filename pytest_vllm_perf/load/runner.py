@@ -1,0 +1,248 @@
+"""Drive a workload against a running server and record what every request saw.
+
+Closed-loop users and Poisson arrivals run side by side in one event loop.
+Warmup requests of every class are sent first and thrown away. A run is one or
+more passes back to back (``repeat``); pass k replays the seeded schedule
+``seed + k``, so pass k of two runs can be paired. Each pass:
+
+- starts its closed-loop users staggered over ``ramp_s`` and leaves requests
+  started during that ramp-up out of its records (they met a half-loaded server);
+- reads the server's preemption counter at its start and end (outside the timed
+  window), so each pass has its own count;
+- runs with the garbage collector frozen, as ``vllm bench serve`` does, so a
+  collection pause is never timed as an inter-token gap;
+- says so when its open-loop arrivals outpaced the server (``overloaded``): the
+  latencies of such a pass measure the length of a growing queue, not the config.
+
+This module records; statistics are computed from the records one layer up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import random
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from pytest_vllm_perf.core.records import GaugeReading, PassRecord, Progress, RequestRecord
+from pytest_vllm_perf.core.workload import RequestClass, Workload
+from pytest_vllm_perf.load import client, prompts, scrape
+
+__all__ = ["Recording", "overload", "run"]
+
+OVERLOAD_GROWTH = 2.0  # last-third / first-third median TTFT of an open-loop class
+OVERLOAD_MIN_ARRIVALS = 6
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What a run recorded: its passes and the server's gauges over all of them."""
+
+    passes: tuple[PassRecord, ...]
+    gauges: tuple[GaugeReading, ...]
+
+
+@dataclass
+class _Run:
+    workload: Workload
+    session: aiohttp.ClientSession
+    base_url: str
+    model: str
+    factory: prompts.PromptFactory
+    t0: float = 0.0
+    deadline: float = 0.0
+    label: str = ""
+    records: list[RequestRecord] = field(default_factory=list)
+    inflight: int = 0
+
+    def spec(self, cls: RequestClass, rng: random.Random) -> client.RequestSpec:
+        prompt: list[int] | str = (
+            self.factory.text(cls.prompt_tokens, rng)
+            if cls.text
+            else self.factory.ids(cls.prompt_tokens, rng)
+        )
+        return client.RequestSpec(cls.name, prompt, cls.prompt_tokens, cls.output_tokens)
+
+    async def one(self, cls: RequestClass, rng: random.Random) -> None:
+        self.inflight += 1
+        try:
+            record = await client.send(
+                self.session, self.base_url, self.model, self.spec(cls, rng), self.t0
+            )
+        finally:
+            self.inflight -= 1
+        self.records.append(record)
+
+    async def user(self, cls: RequestClass, rng: random.Random, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        while time.perf_counter() < self.deadline:
+            await self.one(cls, rng)
+
+    async def arrivals(self, cls: RequestClass, rng: random.Random) -> None:
+        tasks: list[asyncio.Task[None]] = []
+        next_at = time.perf_counter() + rng.expovariate(cls.rate)
+        while next_at < self.deadline:
+            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+            tasks.append(asyncio.create_task(self.one(cls, random.Random(rng.random()))))
+            next_at += rng.expovariate(cls.rate)
+        await asyncio.gather(*tasks)
+
+
+async def run(
+    workload: Workload,
+    base_url: str,
+    model: str,
+    progress: Progress | None = None,
+    progress_every_s: float = 5.0,
+    repeat: int = 1,
+) -> Recording:
+    """Run ``workload`` ``repeat`` times back to back against ``base_url``."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    timeout = aiohttp.ClientTimeout(total=workload.request_timeout_s)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        factory = await prompts.build(session, base_url, model)
+        state = _Run(workload, session, base_url, model, factory)
+        await _warmup(state)
+        state.t0 = time.perf_counter()
+        stop = asyncio.Event()
+        reporter = asyncio.create_task(_report(state, stop, progress, progress_every_s))
+        passes: list[PassRecord] = []
+        try:
+            with scrape.GaugeSampler(base_url, state.t0) as gauges, _frozen_gc():
+                for i in range(repeat):
+                    state.label = f" pass {i + 1}/{repeat}" if repeat > 1 else ""
+                    passes.append(await _pass(state, i))
+        finally:
+            stop.set()
+            await reporter
+    return Recording(tuple(passes), tuple(gauges.readings))
+
+
+@contextlib.contextmanager
+def _frozen_gc() -> Iterator[None]:
+    """No garbage collection while requests are timed (as ``vllm bench serve`` does)."""
+    gc.collect()
+    gc.freeze()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.unfreeze()
+
+
+async def _pass(state: _Run, index: int) -> PassRecord:
+    """One pass of the workload; records are timed from the start of the whole run."""
+    before = await asyncio.to_thread(scrape.scrape, state.base_url)
+    start = time.perf_counter()
+    workload = state.workload
+    state.deadline = start + workload.duration_s
+    state.records = []
+    # Each pass draws its own seeded arrivals and prompts, so passes are replicates,
+    # not copies (a copy would also hit the prefix cache the previous pass filled).
+    await _drive(state, workload.seed + index)
+    ended = time.perf_counter()
+    after = await asyncio.to_thread(scrape.scrape, state.base_url)
+    ramp_end = start - state.t0 + workload.ramp_s
+    kept = tuple(sorted((r for r in state.records if r.start >= ramp_end), key=lambda r: r.start))
+    counters: dict[str, float] = {}
+    b, a = scrape.preemptions(before), scrape.preemptions(after)
+    if b is not None and a is not None:
+        counters["preemptions"] = a - b
+    return PassRecord(
+        records=kept,
+        # the measured window: from the end of the ramp-up to the last response
+        duration_s=ended - start - workload.ramp_s,
+        start_s=start - state.t0,
+        index=index,
+        counters=counters,
+        ramp_s=workload.ramp_s,
+        ramp_requests=len(state.records) - len(kept),
+        drain_s=max(0.0, ended - state.deadline),
+        overloaded=overload(workload, kept),
+    )
+
+
+def overload(workload: Workload, records: tuple[RequestRecord, ...]) -> str:
+    """Why a pass's open-loop arrivals outpaced the server, or "" when they did not.
+
+    Under a stable load TTFT does not depend on when a request arrived; when
+    arrivals outpace completions the queue, and with it TTFT, grows through the
+    pass. So: the median TTFT of the last third of a class's arrivals against the
+    first third's.
+    """
+    for cls in workload.classes:
+        if not cls.rate:
+            continue
+        ttfts = [
+            r.ttft if r.ttft is not None else float("inf") for r in records if r.cls == cls.name
+        ]
+        if len(ttfts) < OVERLOAD_MIN_ARRIVALS:
+            continue
+        third = len(ttfts) // 3
+        early, late = statistics.median(ttfts[:third]), statistics.median(ttfts[-third:])
+        if early > 0 and late / early >= OVERLOAD_GROWTH:
+            return (
+                f"class {cls.name!r}: TTFT grew x{late / early:.1f} from the first to the "
+                "last third of its arrivals; arrivals outpace completions, so its latencies "
+                "measure a growing queue (lower its rate)"
+            )
+    return ""
+
+
+async def _warmup(state: _Run) -> None:
+    """Send the warmup requests of every class shape and throw their records away.
+
+    The first request of a shape pays one-off costs (allocations, kernel setup);
+    warming every class keeps them out of the first pass's tail latencies.
+    """
+    rng = random.Random(state.workload.seed - 1)
+    state.t0 = time.perf_counter()
+    for _ in range(state.workload.warmup_requests):
+        for cls in state.workload.classes:
+            await state.one(cls, rng)
+    state.records.clear()
+
+
+async def _drive(state: _Run, seed: int) -> None:
+    rng = random.Random(seed)
+    ramp = state.workload.ramp_s
+    jobs: list[Any] = []
+    for cls in state.workload.classes:
+        if cls.users:
+            jobs += [
+                state.user(cls, random.Random(rng.random()), ramp * j / cls.users)
+                for j in range(cls.users)
+            ]
+        else:
+            jobs.append(state.arrivals(cls, random.Random(rng.random())))
+    await asyncio.gather(*jobs)
+
+
+async def _report(
+    state: _Run, stop: asyncio.Event, progress: Progress | None, every: float
+) -> None:
+    if progress is None:
+        return
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+        except TimeoutError:
+            total = state.workload.duration_s
+            elapsed = time.perf_counter() - (state.deadline - total)
+            failed = sum(not r.ok for r in state.records)
+            progress(
+                f"{state.workload.name}{state.label}: {elapsed:.0f}/{total:.0f}s, "
+                f"{len(state.records)} done, {failed} failed, {state.inflight} in flight"
+            )

@@ -1,0 +1,121 @@
+"""Read the server's Prometheus ``/metrics``: preemptions, KV usage, queue depth.
+
+vLLM logs no line per preemption, so the counter's delta is the only honest
+count; it is read at every pass boundary, so each pass has its own count. KV
+usage and the waiting queue are gauges, read every half second during a run.
+
+The gauge reader runs in its own thread with a blocking client and parses only
+the lines it needs, so it never takes a turn on the event loop that times the
+streamed tokens.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from pytest_vllm_perf.core.records import GaugeReading
+
+__all__ = ["KV_USAGE", "PREEMPTIONS", "WAITING", "GaugeSampler", "first", "parse", "scrape"]
+
+# Names moved across releases; the first one a server exports is used.
+PREEMPTIONS: Final = ("vllm:num_preemptions_total", "vllm:num_preemptions")
+KV_USAGE: Final = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+WAITING: Final = ("vllm:num_requests_waiting",)
+WANTED: Final = frozenset(PREEMPTIONS + KV_USAGE + WAITING)
+
+
+def parse(text: str, wanted: Iterable[str] | None = None) -> dict[str, float]:
+    """Sum each metric's samples over its label sets: ``{name: value}``.
+
+    With ``wanted``, lines of other metrics are skipped before any parsing.
+    """
+    keep = None if wanted is None else tuple(wanted)
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        if keep is not None and not line.startswith(keep):
+            continue
+        name_part, _, value_part = line.rpartition(" ")
+        name = name_part.split("{", 1)[0].strip()
+        if keep is not None and name not in keep:
+            continue
+        try:
+            value = float(value_part)
+        except ValueError:
+            continue
+        totals[name] = totals.get(name, 0.0) + value
+    return totals
+
+
+def first(values: Mapping[str, float], names: tuple[str, ...]) -> float | None:
+    """The value of the first of ``names`` the server exports."""
+    for name in names:
+        if name in values:
+            return values[name]
+    return None
+
+
+def scrape(base_url: str, timeout_s: float = 5.0) -> dict[str, float]:
+    """One read of the metrics we use; empty when the server exports none or does not answer."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/metrics", timeout=timeout_s) as resp:  # noqa: S310
+            if resp.status != 200:
+                return {}
+            return parse(resp.read().decode("utf-8", "replace"), WANTED)
+    except (urllib.error.URLError, OSError, ValueError):
+        return {}
+
+
+def preemptions(values: Mapping[str, float]) -> float | None:
+    return first(values, PREEMPTIONS)
+
+
+class GaugeSampler:
+    """Reads the gauges every ``interval_s`` in a background thread until stopped."""
+
+    def __init__(self, base_url: str, t0: float, interval_s: float = 0.5) -> None:
+        self.base_url = base_url
+        self.t0 = t0
+        self.interval_s = interval_s
+        self.readings: list[GaugeReading] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="vllm-perf-gauges", daemon=True)
+
+    def __enter__(self) -> GaugeSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            values = scrape(self.base_url, timeout_s=2.0)
+            self.readings.append(
+                GaugeReading(
+                    t=time.perf_counter() - self.t0,
+                    kv_cache_usage=first(values, KV_USAGE),
+                    waiting=first(values, WAITING),
+                )
+            )
+            self._stop.wait(self.interval_s)
+
+
+def gauge_peaks(readings: Iterable[GaugeReading]) -> dict[str, float]:
+    """Peak KV usage and waiting queue over a run's readings."""
+    readings = list(readings)
+    kv = [r.kv_cache_usage for r in readings if r.kv_cache_usage is not None]
+    waiting = [r.waiting for r in readings if r.waiting is not None]
+    out: dict[str, float] = {}
+    if kv:
+        out["kv_cache_usage_peak"] = max(kv)
+    if waiting:
+        out["num_requests_waiting_peak"] = max(waiting)
+    return out

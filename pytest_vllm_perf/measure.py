@@ -1,0 +1,120 @@
+"""One perf test end to end, as plain Python: server -> load -> records -> statistics -> verdict.
+
+This is what the ``vllm_perf`` fixture calls; scripts and benchmarks (``bench/``)
+call it too, so they measure exactly what the tests measure. Thresholds and
+tolerances are layered here, in one place:
+
+- thresholds: ``{"failed": 0}`` < profile < marker < code;
+- tolerances: the registry's defaults for the platform < ini < profile < marker < code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from pytest_vllm_perf.core.records import Measurement, Outcome, Progress
+from pytest_vllm_perf.core.registry import default_tolerances, validate_tolerances
+from pytest_vllm_perf.core.workload import Workload
+from pytest_vllm_perf.load import runner, scrape
+from pytest_vllm_perf.serving.pool import ServerHandle
+from pytest_vllm_perf.verdict import gate, stats, thresholds
+from pytest_vllm_perf.verdict.gate import SaveMode
+
+__all__ = ["DEFAULT_THRESHOLDS", "Plan", "SaveMode", "layered", "measure", "run_sync", "run_test"]
+
+DEFAULT_THRESHOLDS: Final[Mapping[str, float]] = {"failed": 0}
+T = TypeVar("T")
+
+
+def layered(*layers: Mapping[str, float] | None) -> dict[str, float]:
+    """Later layers win."""
+    out: dict[str, float] = {}
+    for layer in layers:
+        out.update(layer or {})
+    return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything one perf test decides before it sends a request."""
+
+    test_id: str
+    workload: Workload
+    repeat: int
+    thresholds: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+    tolerances: Mapping[str, float] = field(default_factory=dict)
+    gate: Sequence[str] = ()  # metrics gated on top of the workload's own
+
+    @classmethod
+    def resolve(
+        cls,
+        test_id: str,
+        workload: Workload,
+        repeat: int,
+        platform: str,
+        thresholds_layers: Sequence[Mapping[str, float] | None] = (),
+        tolerance_layers: Sequence[Mapping[str, float] | None] = (),
+        gate_extra: Sequence[str] = (),
+    ) -> Plan:
+        """Layer thresholds and tolerances, and validate every key (ThresholdError)."""
+        limits = layered(DEFAULT_THRESHOLDS, *thresholds_layers)
+        tol = layered(default_tolerances(platform), *tolerance_layers)
+        thresholds.validate(limits)
+        validate_tolerances(tol)
+        validate_tolerances(dict.fromkeys(gate_extra, 0.0))
+        return cls(test_id, workload, repeat, limits, tol, tuple(gate_extra))
+
+
+def run_sync(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to completion, also from code that already has a running loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro_factory())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(coro_factory())).result()
+
+
+def measure(
+    handle: ServerHandle, workload: Workload, repeat: int = 1, progress: Progress | None = None
+) -> Measurement:
+    """Drive ``workload`` ``repeat`` times against ``handle`` and compute its metrics."""
+    recording = run_sync(
+        lambda: runner.run(workload, handle.base_url, handle.model, progress, repeat=repeat)
+    )
+    handle.check_alive()
+    passes = recording.passes
+    return Measurement(
+        workload=workload,
+        passes=passes,
+        metrics=stats.measure_metrics(workload, passes, scrape.gauge_peaks(recording.gauges)),
+        pass_metrics=tuple(stats.pass_metrics(workload, p) for p in passes),
+        gauges=recording.gauges,
+    )
+
+
+def run_test(
+    plan: Plan,
+    handle: ServerHandle,
+    baseline_dir: Path,
+    mode: SaveMode = SaveMode.COMPARE,
+    progress: Progress | None = None,
+) -> Outcome:
+    """Measure, check the thresholds, and gate on (or save) the baseline."""
+    result = measure(handle, plan.workload, plan.repeat, progress)
+    checks = thresholds.check(result.metrics, plan.thresholds)
+    verdict = gate.evaluate(
+        plan.test_id,
+        result,
+        handle.provenance,
+        baseline_dir,
+        plan.tolerances,
+        gate.gated_metrics(result, plan.gate),
+        mode,
+    )
+    return Outcome(plan.test_id, handle.provenance, result, checks, verdict)

@@ -1,0 +1,298 @@
+"""The plugin's options, parsed once into frozen settings by typed converters.
+
+Each option is declared once in :data:`OPTIONS` with its ini twin, converter,
+default and help; ``pytest --help``, the ini file and :class:`Settings` all come
+from that table. The command line wins over the ini file. A bad value is a
+one-line ``pytest.UsageError`` at start-up (exit code 4), before anything boots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+from pytest_vllm_perf.config.profiles import Profile
+from pytest_vllm_perf.config.profiles import load as read_profile
+from pytest_vllm_perf.core.errors import ProfileError, ThresholdError
+from pytest_vllm_perf.core.records import Platform
+from pytest_vllm_perf.core.registry import validate_tolerances
+from pytest_vllm_perf.serving.models import PRESETS
+from pytest_vllm_perf.verdict.gate import SaveMode
+
+__all__ = ["FLAGS", "OPTIONS", "Option", "Settings", "positive_int", "repeat_count"]
+
+Converter = Callable[[str, str], Any]
+
+
+def text(value: str, _source: str) -> str:
+    return value
+
+
+def positive_float(value: str, source: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not number > 0:
+        raise pytest.UsageError(f"{source}: expected a number of seconds > 0, got {value!r}")
+    return number
+
+
+def positive_int(value: object, source: str) -> int:
+    try:
+        number = int(str(value))
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise pytest.UsageError(f"{source}: expected a whole number >= 1, got {value!r}")
+    return number
+
+
+def repeat_count(value: object, source: str) -> int:
+    """A pass count from the command line, ini or a marker."""
+    try:
+        return positive_int(value, source)
+    except pytest.UsageError:
+        raise pytest.UsageError(
+            f"{source}: expected a whole number of passes >= 1, got {value!r}"
+        ) from None
+
+
+def choice(*allowed: str) -> Converter:
+    def convert(value: str, source: str) -> str:
+        if value not in allowed:
+            raise pytest.UsageError(
+                f"{source}: expected one of {', '.join(allowed)}, got {value!r}"
+            )
+        return value
+
+    return convert
+
+
+def names(value: str, source: str) -> tuple[str, ...]:
+    found = tuple(n.strip() for n in value.split(",") if n.strip())
+    if not found:
+        raise pytest.UsageError(f"{source}: expected profile names, got {value!r}")
+    return found
+
+
+def url(value: str, source: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise pytest.UsageError(f"{source}: expected an http:// or https:// URL, got {value!r}")
+    return value.rstrip("/")
+
+
+def path(value: str, _source: str) -> Path:
+    return Path(value)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its flag, ini twin, converter, default (a string, as typed) and help."""
+
+    flag: str
+    ini: str
+    convert: Converter
+    default: str | None
+    help: str
+
+
+OPTIONS: Final = (
+    Option(
+        "--vllm-profile", "vllm_profile", names, "default", "tuning profile(s), comma separated"
+    ),
+    Option(
+        "--vllm-profiles-dir",
+        "vllm_profiles_dir",
+        path,
+        "profiles",
+        "profile YAML folder, relative to rootdir",
+    ),
+    Option(
+        "--vllm-model", "vllm_model", text, None, "model id or folder [embedded dummy-weight model]"
+    ),
+    Option(
+        "--vllm-model-preset",
+        "vllm_model_preset",
+        choice(*PRESETS),
+        "tiny",
+        f"embedded model: {' or '.join(PRESETS)}",
+    ),
+    Option("--vllm-url", "vllm_url", url, None, "measure a running server instead of starting one"),
+    Option(
+        "--vllm-platform",
+        "vllm_platform",
+        choice("auto", "cpu", "cuda"),
+        "auto",
+        "auto, cpu or cuda",
+    ),
+    Option(
+        "--vllm-boot-timeout",
+        "vllm_boot_timeout",
+        positive_float,
+        "600",
+        "seconds a server may take to boot",
+    ),
+    Option(
+        "--vllm-cache-dir",
+        "vllm_cache_dir",
+        path,
+        ".vllm-perf-cache",
+        "models and server logs, relative to rootdir",
+    ),
+    Option(
+        "--vllm-baseline-dir",
+        "vllm_baseline_dir",
+        path,
+        ".vllm-perf",
+        "baseline store, relative to rootdir",
+    ),
+    Option("--vllm-json", "vllm_json", path, None, "write all results as JSON to this path"),
+    Option("--vllm-markdown", "vllm_markdown", path, None, "write a Markdown summary to this path"),
+    Option(
+        "--vllm-plots",
+        "vllm_plots",
+        path,
+        None,
+        "write PNG plots into this folder (needs matplotlib)",
+    ),
+    Option(
+        "--vllm-repeat",
+        "vllm_repeat",
+        repeat_count,
+        "6",
+        "passes of each workload; verdicts compare passes",
+    ),
+)
+FLAGS: Final = (
+    (
+        "--vllm-save-baseline",
+        "vllm_save_baseline",
+        "store each result as the new baseline (one boot)",
+    ),
+    ("--vllm-add-boot", "vllm_add_boot", "add each result to its baseline as one more boot"),
+    ("--vllm-require-baseline", "vllm_require_baseline", "fail perf tests with no baseline"),
+)
+ROOT_RELATIVE: Final = frozenset({"vllm_profiles_dir", "vllm_cache_dir", "vllm_baseline_dir"})
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("vllm-perf", "vLLM serving performance gates")
+    for opt in OPTIONS:
+        shown = f" [{opt.default}]" if opt.default is not None else ""
+        group.addoption(
+            opt.flag, dest=opt.ini, default=None, help=f"{opt.help}{shown} (ini: {opt.ini})"
+        )
+        parser.addini(opt.ini, opt.help, default=opt.default)
+    for flag, ini, help_text in FLAGS:
+        group.addoption(
+            flag, dest=ini, action="store_true", default=None, help=f"{help_text} (ini: {ini})"
+        )
+        parser.addini(ini, help_text, type="bool", default=False)
+    parser.addini("vllm_tolerances", "regression tolerances, lines of METRIC=FRACTION", "linelist")
+
+
+def _raw(config: pytest.Config, ini: str) -> tuple[str | None, str]:
+    """The command-line value, else the ini value, with where it came from."""
+    value = config.getoption(ini)
+    if value is not None:
+        flag = next(o.flag for o in OPTIONS if o.ini == ini)
+        return str(value), flag
+    value = config.getini(ini)
+    return (str(value) if value not in (None, "") else None), f"ini {ini}"
+
+
+def _flag(config: pytest.Config, ini: str) -> bool:
+    value = config.getoption(ini)
+    return bool(config.getini(ini) if value is None else value)
+
+
+def _tolerances(config: pytest.Config) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in config.getini("vllm_tolerances"):
+        key, sep, value = str(line).partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise pytest.UsageError(f"ini vllm_tolerances: expected METRIC=FRACTION, got {line!r}")
+    try:
+        validate_tolerances(out)
+    except ThresholdError as exc:
+        raise pytest.UsageError(f"ini vllm_tolerances: {exc}") from None
+    return out
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every option's value, converted and validated once."""
+
+    profiles: tuple[str, ...]
+    profiles_dir: Path
+    model: str | None
+    preset: str
+    url: str | None
+    platform: Platform | None
+    boot_timeout_s: float
+    cache_dir: Path
+    baseline_dir: Path
+    json_path: Path | None
+    markdown_path: Path | None
+    plots_dir: Path | None
+    repeat: int
+    save_mode: SaveMode = SaveMode.COMPARE
+    require_baseline: bool = False
+    tolerances: Mapping[str, float] = field(default_factory=dict)
+    profile_given: bool = False
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> Settings:
+        values: dict[str, Any] = {}
+        for opt in OPTIONS:
+            raw, source = _raw(config, opt.ini)
+            if raw is None:
+                values[opt.ini] = None
+                continue
+            value = opt.convert(raw, source)
+            if opt.ini in ROOT_RELATIVE:
+                value = Path(config.rootpath, value)
+            values[opt.ini] = value
+        save, add = _flag(config, "vllm_save_baseline"), _flag(config, "vllm_add_boot")
+        if save and add:
+            raise pytest.UsageError("--vllm-save-baseline and --vllm-add-boot exclude each other")
+        mode = SaveMode.SAVE if save else SaveMode.ADD_BOOT if add else SaveMode.COMPARE
+        platform = values["vllm_platform"]
+        settings = cls(
+            profiles=values["vllm_profile"],
+            profiles_dir=values["vllm_profiles_dir"],
+            model=values["vllm_model"],
+            preset=values["vllm_model_preset"],
+            url=values["vllm_url"],
+            platform=None if platform == "auto" else platform,
+            boot_timeout_s=values["vllm_boot_timeout"],
+            cache_dir=values["vllm_cache_dir"],
+            baseline_dir=values["vllm_baseline_dir"],
+            json_path=values["vllm_json"],
+            markdown_path=values["vllm_markdown"],
+            plots_dir=values["vllm_plots"],
+            repeat=values["vllm_repeat"],
+            save_mode=mode,
+            require_baseline=_flag(config, "vllm_require_baseline"),
+            tolerances=_tolerances(config),
+            profile_given=_raw(config, "vllm_profile")[0] not in (None, "default"),
+        )
+        if settings.profile_given:
+            for name in settings.profiles:
+                settings.load_profile(name)  # fail before anything boots
+        return settings
+
+    def load_profile(self, name: str) -> Profile:
+        try:
+            return read_profile(name, self.profiles_dir)
+        except ProfileError as exc:
+            raise pytest.UsageError(str(exc)) from None

@@ -1,0 +1,1 @@
+"""Views of outcomes for people and tools: terminal, JSON, Markdown, PNG."""

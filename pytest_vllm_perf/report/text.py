@@ -1,0 +1,364 @@
+"""Human- and machine-readable views of outcomes: terminal tables, JSON, Markdown.
+
+Every column and key comes from the metric registry (``core.registry``), so a
+metric added there shows up in every view.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from pytest_vllm_perf.core import atomic, redact
+from pytest_vllm_perf.core.records import (
+    Check,
+    GateResult,
+    GateStatus,
+    MetricVerdict,
+    Outcome,
+    Verdict,
+)
+from pytest_vllm_perf.core.registry import METRICS, split_key
+from pytest_vllm_perf.verdict import compare
+from pytest_vllm_perf.verdict.gate import current_passes
+
+__all__ = [
+    "COLUMNS",
+    "SIDE_BY_SIDE",
+    "Side",
+    "bench_serve_keys",
+    "comparison_lines",
+    "describe_check",
+    "describe_verdict",
+    "gate_notes",
+    "markdown",
+    "regression_message",
+    "side_by_side",
+    "summary_lines",
+    "threshold_message",
+    "to_json",
+    "write_files",
+]
+
+# The summary's metric columns, in order; labels and formats come from the registry.
+COLUMNS: Final = (
+    "completed",
+    "failed",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "itl_max_ms",
+    "tpot_mean_ms",
+    "output_throughput",
+    "preemptions",
+)
+SIDE_BY_SIDE: Final = (
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "itl_max_ms",
+    "tpot_mean_ms",
+    "output_throughput",
+)
+_HEADER: Final = {"completed": "n", "itl_max_ms": "ITL max", "preemptions": "preempt"}
+
+
+def _label(key: str) -> str:
+    return _HEADER.get(key, METRICS[split_key(key)[1]].label)
+
+
+def fmt(value: float | None, pattern: str = "{:.4g}") -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    if math.isinf(value):
+        return "inf"
+    return pattern.format(value)
+
+
+def _cell(metrics: Mapping[str, float], key: str) -> str:
+    m = METRICS[split_key(key)[1]]
+    unit = "ms" if m.unit == "ms" else ""
+    return fmt(metrics.get(key), m.fmt + unit)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A plain aligned text table."""
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return out
+
+
+def describe_check(check: Check) -> str:
+    op = ">=" if check.lower_bound else "<="
+    shown = "missing" if check.measured is None else f"{check.measured:.4g}"
+    mark = "ok  " if check.passed else "FAIL"
+    return f"{mark} {check.key}: {shown} (limit {op} {check.limit:g})"
+
+
+def threshold_message(checks: Sequence[Check]) -> str:
+    """The text a failed perf test shows: every checked metric against its limit."""
+    failed = sum(not c.passed for c in checks)
+    lines = [f"{failed} of {len(checks)} vLLM perf thresholds failed:"]
+    return "\n".join(lines + ["  " + describe_check(c) for c in checks])
+
+
+def describe_verdict(v: MetricVerdict) -> str:
+    over = f" over {v.basis}" if v.basis else ""
+    interval = "no interval" if math.isnan(v.low) else f"95% CI x{v.low:.3f}..x{v.high:.3f}"
+    p = ""
+    if not math.isnan(v.p_value):
+        p = f", p={v.p_value:.3g}"
+        if v.gated and v.p_holm != v.p_value:
+            p += f" (Holm {v.p_holm:.3g})"
+    role = "" if v.gated else " [reported, not gated]"
+    return (
+        f"{v.metric}: {fmt(v.baseline)} -> {fmt(v.current)} "
+        f"(x{v.ratio:.3f}, {interval}{over}, tolerance {v.tolerance:.0%}{p}) {v.verdict}{role}"
+    )
+
+
+def regression_message(gate: GateResult) -> str:
+    lines = [f"vLLM perf regression against {gate.path}:"]
+    lines += [
+        ("  >> " if v in gate.regressions else "     ") + describe_verdict(v) for v in gate.verdicts
+    ]
+    lines.append(
+        "  changed since the baseline:"
+        if gate.changes
+        else "  nothing recorded changed since the baseline (same profile, versions and model)"
+    )
+    lines += ["    " + c for c in gate.changes]
+    return "\n".join(lines)
+
+
+def verdict(outcome: Outcome) -> str:
+    return outcome.gate.summary() if outcome.gate else "-"
+
+
+def _rows(outcomes: Sequence[Outcome], test_cell: str = "{}") -> list[list[str]]:
+    rows = []
+    for o in outcomes:
+        cells = [_cell(o.result.metrics, key) for key in COLUMNS]
+        slo = "pass" if o.passed else ("FAIL" if test_cell == "{}" else "**FAIL**")
+        rows.append([test_cell.format(o.test_id), o.profile, *cells, slo, verdict(o)])
+    return rows
+
+
+def _headers() -> list[str]:
+    return ["test", "profile", *(_label(k) for k in COLUMNS), "SLO", "verdict"]
+
+
+def summary_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """One row per test and profile: the figures a perf reviewer looks at first."""
+    return table(_headers(), _rows(outcomes))
+
+
+def gate_notes(outcomes: Sequence[Outcome]) -> list[str]:
+    """What a reader must know: saves, missing baselines, overloads, unsettled verdicts."""
+    lines = []
+    for o in outcomes:
+        where = f"{o.test_id} [{o.profile}]"
+        for problem in o.result.overloaded:
+            lines.append(f"{where}: overloaded {problem}")
+        g = o.gate
+        if g is None:
+            continue
+        if g.status in (GateStatus.SAVED, GateStatus.BOOT_ADDED):
+            lines.append(f"baseline {g.status}: {where} -> {g.path}")
+        if g.note:
+            lines.append(f"{where}: {g.note}")
+        for v in g.verdicts:
+            if v.verdict is not Verdict.UNCHANGED:
+                lines.append(f"  {where} {describe_verdict(v)}")
+    return lines
+
+
+@dataclass(frozen=True)
+class Side:
+    """One profile's run of one test: what a side-by-side table compares."""
+
+    test_id: str
+    profile: str
+    boots: tuple[compare.Passes, ...]
+    metrics: Mapping[str, float]
+
+    @classmethod
+    def of(cls, o: Outcome) -> Side:
+        return cls(o.test_id, o.profile, (current_passes(o.result),), o.result.metrics)
+
+
+def comparison_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """Side-by-side tables for the tests this session ran under several profiles."""
+    return side_by_side([Side.of(o) for o in outcomes])
+
+
+def side_by_side(sides: Sequence[Side]) -> list[str]:
+    """Per test run under several profiles, a table of each profile against the first.
+
+    ``~`` marks a ratio whose 95% interval (verdict.compare) contains 1, i.e. noise.
+    The worst stall (ITL max) is a single maximum per pass and carries an interval
+    over passes like the rest.
+    """
+    by_test: dict[str, list[Side]] = {}
+    for side in sides:
+        by_test.setdefault(side.test_id, []).append(side)
+    lines: list[str] = []
+    for test_id, group in by_test.items():
+        if len({s.profile for s in group}) < 2:
+            continue
+        ref = group[0]
+        lines += ["", f"{test_id}: ratios to {ref.profile} (~ = within noise)"]
+        rows = [[ref.profile, *(fmt(ref.metrics.get(k), "{:.1f}") for k in SIDE_BY_SIDE)]]
+        for other in group[1:]:
+            verdicts = {
+                v.metric: v
+                for v in compare.compare(
+                    ref.boots, _merged(other.boots), SIDE_BY_SIDE, _no_tolerance(), pair=True
+                )
+            }
+            rows.append([other.profile, *(_ratio(ref, other, k, verdicts) for k in SIDE_BY_SIDE)])
+        lines += table(["profile", *(_label(k) for k in SIDE_BY_SIDE)], rows)
+    return lines
+
+
+def _no_tolerance() -> dict[str, float]:
+    return dict.fromkeys(SIDE_BY_SIDE, 0.0)
+
+
+def _merged(boots: Sequence[compare.Passes]) -> compare.Passes:
+    """All boots of a side as one set of passes (a table compares, it does not gate)."""
+    return compare.Passes(
+        metrics=tuple(m for b in boots for m in b.metrics),
+        indices=tuple(i for b in boots for i in b.indices),
+        durations=tuple(d for b in boots for d in b.durations),
+        records=tuple(r for b in boots for r in b.records),
+    )
+
+
+def _ratio(ref: Side, other: Side, key: str, verdicts: Mapping[str, MetricVerdict]) -> str:
+    a, b = ref.metrics.get(key), other.metrics.get(key)
+    value = fmt(b, "{:.1f}")
+    if not a or b is None or math.isnan(a) or math.isnan(b):
+        return value
+    v = verdicts.get(key)
+    noise = "~" if v is None or math.isnan(v.low) or v.low <= 1 <= v.high else ""
+    return f"{value} (x{b / a:.2f}{noise})"
+
+
+def bench_serve_keys(metrics: Mapping[str, float]) -> dict[str, float | str | None]:
+    """Our metric names -> ``vllm bench serve`` result keys, for the same quantities."""
+    out: dict[str, float | str | None] = {}
+    for key, value in metrics.items():
+        cls, name = split_key(key)
+        found = METRICS.get(name)
+        name = found.bench_serve_key or name if found else name
+        out[f"{cls}.{name}" if cls else name] = _number(value)
+    return out
+
+
+def _number(value: float) -> float | str | None:
+    """JSON has no NaN or infinity: None for NaN, a string for infinities."""
+    return None if math.isnan(value) else (str(value) if math.isinf(value) else value)
+
+
+def _verdict_json(v: MetricVerdict) -> dict[str, Any]:
+    numbers = ("baseline", "current", "ratio", "low", "high", "tolerance", "p_value", "p_holm")
+    return {
+        "metric": v.metric,
+        **{name: _number(getattr(v, name)) for name in numbers},
+        "verdict": str(v.verdict),
+        "basis": v.basis,
+        "gated": v.gated,
+    }
+
+
+def to_json(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    results = []
+    for o in outcomes:
+        g, prov = o.gate, o.provenance
+        results.append(
+            {
+                "test": o.test_id,
+                "profile": o.profile,
+                "profile_settings": dict(prov.profile_settings),
+                "profile_hash": prov.profile_hash,
+                "engine_argv": list(prov.engine_argv),
+                "engine_notes": list(prov.engine_notes),
+                "environment": prov.environment.to_dict(),
+                "workload": o.result.workload.to_dict(),
+                "duration": round(o.result.duration_s, 3),
+                "metrics": bench_serve_keys(o.result.metrics),
+                "passes": [
+                    {
+                        "index": p.index,
+                        "duration_s": p.duration_s,
+                        "overloaded": p.overloaded,
+                        "metrics": bench_serve_keys(m),
+                    }
+                    for p, m in zip(o.result.passes, o.result.pass_metrics, strict=True)
+                ],
+                "thresholds": [
+                    {"key": c.key, "limit": c.limit, "measured": c.measured, "passed": c.passed}
+                    for c in o.checks
+                ],
+                "baseline": None
+                if g is None
+                else {
+                    "status": str(g.status),
+                    "path": str(g.path),
+                    "verdict": g.summary(),
+                    "changes": list(g.changes),
+                    "note": g.note,
+                    "verdicts": [_verdict_json(v) for v in g.verdicts],
+                },
+            }
+        )
+    return redact.mapping({"results": results})
+
+
+def markdown(
+    outcomes: Sequence[Outcome], plots: Sequence[Path] = (), base: Path | None = None
+) -> str:
+    headers = _headers()
+    lines = ["## vLLM perf", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in _rows(outcomes, "`{}`")]
+    notes = gate_notes(outcomes) + comparison_lines(outcomes)
+    if notes:
+        lines += ["", "```", *notes, "```"]
+    for plot in plots:
+        target = os.path.relpath(plot, base) if base else str(plot)
+        lines += ["", f"![{plot.stem}]({target})"]
+    return "\n".join(lines) + "\n"
+
+
+def write_files(
+    outcomes: Sequence[Outcome],
+    json_path: Path | None,
+    markdown_path: Path | None,
+    step_summary: str | None,
+    plots: Sequence[Path] = (),
+) -> list[Path]:
+    """Write the requested reports; the Markdown also goes to the GitHub job summary."""
+    written = []
+    if json_path:
+        text = json.dumps(to_json(outcomes), indent=1, sort_keys=True, default=str)
+        atomic.write_text(json_path, text)
+        written.append(json_path)
+    base = markdown_path.resolve().parent if markdown_path else None
+    text = markdown(outcomes, [p.resolve() for p in plots], base)
+    if markdown_path:
+        atomic.write_text(markdown_path, text)
+        written.append(markdown_path)
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    return written

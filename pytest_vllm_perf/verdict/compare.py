@@ -1,0 +1,244 @@
+"""Regression verdicts: the current passes against a baseline's passes, metric by metric.
+
+The unit of noise is the pass (see ``core.records.PassRecord``); the interval
+methods are in ``intervals``. This module decides which method the data allow,
+how boot-to-boot drift enters, and what each metric's verdict is:
+
+- **Pairing.** When both sides replay the same seeded schedule and there are at
+  least 6 common pass indices, pass k is compared with pass k (``paired``):
+  what the schedule decides (which passes get the long prefills) cancels out.
+  Otherwise all passes are compared as two groups (``unpaired``).
+- **Boots.** A baseline can hold passes from several boots of the server. Passes
+  inside one boot agree more closely than boots do (on the H200, decode p99 ITL
+  moved 12% between two boots while its passes agreed within a few percent), so
+  with two or more boots the interval is widened by the largest difference
+  between the baseline's own boots, and the p-value tests for a change beyond
+  that drift. With one boot the interval covers only noise inside a boot, and
+  the tolerances must absorb boot drift; the gate says so.
+- **Verdict.** ``regressed`` only when the change is significant after Holm's
+  correction over the test's gated metrics **and** its estimate is beyond the
+  metric's tolerance; ``improved`` likewise; ``unchanged`` when the whole interval
+  lies within tolerance; otherwise ``inconclusive``.
+
+Counter rates (preemptions per second) are compared as log(rate + 1 event per
+pass), so a pass without preemptions does not make the ratio infinite.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from pytest_vllm_perf.core.records import MetricVerdict, PassRecord, Verdict
+from pytest_vllm_perf.core.registry import METRICS, split_key, tolerance_for
+from pytest_vllm_perf.verdict import intervals, stats
+
+__all__ = ["MIN_PAIRS", "Passes", "classify", "compare", "passes_note"]
+
+MIN_PAIRS: Final = 6  # the fewest pairs for which a 95% signed-rank interval is bounded
+ALPHA: Final = 1 - intervals.CONFIDENCE
+
+
+@dataclass(frozen=True)
+class Passes:
+    """One boot's passes as a verdict sees them: per-pass metrics and schedule indices.
+
+    ``records`` are the raw passes when they are at hand (always for the current
+    run, for old baselines that stored them): only the single-pass bootstrap
+    needs them.
+    """
+
+    metrics: tuple[Mapping[str, float], ...]
+    indices: tuple[int, ...]
+    durations: tuple[float, ...]
+    records: tuple[PassRecord, ...] = ()
+
+    def values(self, key: str) -> np.ndarray:
+        return np.array([m.get(key, math.nan) for m in self.metrics], dtype=float)
+
+
+def classify(
+    ratio: float, low: float, high: float, p: float, tolerance: float, higher_is_better: bool
+) -> Verdict:
+    """Regressed only when significant and beyond tolerance; likewise for improved."""
+    if any(math.isnan(x) for x in (ratio, low, high)):
+        return Verdict.INCONCLUSIVE
+    if higher_is_better:
+        ratio, low, high = (
+            1 / ratio if ratio else math.inf,
+            1 / high if high else math.inf,
+            1 / low if low else math.inf,
+        )
+    significant = p < ALPHA
+    if significant and ratio > 1 + tolerance and low > 1:
+        return Verdict.REGRESSED
+    if significant and ratio < 1 / (1 + tolerance) and high < 1:
+        return Verdict.IMPROVED
+    if low >= 1 / (1 + tolerance) and high <= 1 + tolerance:
+        return Verdict.UNCHANGED
+    return Verdict.INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class _Result:
+    baseline: float
+    current: float
+    ratio: float
+    low: float
+    high: float
+    p: float
+    basis: str
+
+
+def _transform(key: str, values: np.ndarray, durations: Sequence[float]) -> np.ndarray:
+    """Log values; counter rates get one event per pass added first."""
+    if METRICS[split_key(key)[1]].statistic == "counter rate":
+        values = values + 1.0 / np.asarray(durations, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs: np.ndarray = np.log(values)
+    return logs
+
+
+def _usable(logs: np.ndarray) -> bool:
+    return len(logs) >= 1 and bool(np.all(np.isfinite(logs)))
+
+
+def _one(key: str, base: Sequence[Passes], cur: Passes, pair: bool, seed: int) -> _Result:
+    base_values = np.concatenate([b.values(key) for b in base])
+    cur_values = cur.values(key)
+    b_med, c_med = float(np.median(base_values)), float(np.median(cur_values))
+    logs = [_transform(key, b.values(key), b.durations) for b in base]
+    base_logs = np.concatenate(logs)
+    cur_logs = _transform(key, cur.values(key), cur.durations)
+    if not (_usable(base_logs) and _usable(cur_logs)):
+        return _Result(b_med, c_med, math.nan, math.nan, math.nan, math.nan, "no finite values")
+    if min(len(base_logs), len(cur_logs)) < 2:
+        return _bootstrap(key, base, cur, b_med, c_med, seed)
+    drift = float(np.ptp([np.median(x) for x in logs])) if len(logs) > 1 else 0.0
+    by_index = _pairs(logs, base, cur, cur_logs) if pair else None
+    if by_index is not None:
+        est = intervals.paired(by_index, margin=drift)
+        method = f"{len(by_index)} pairs of passes, paired"
+    else:
+        est = intervals.unpaired(base_logs, cur_logs, margin=drift)
+        method = f"{len(base_logs)} vs {len(cur_logs)} passes"
+    if len(base) > 1:
+        method += f", {len(base)} baseline boots, drift allowance x{math.exp(drift):.3f}"
+    return _Result(
+        b_med, c_med, math.exp(est.shift), math.exp(est.low), math.exp(est.high), est.p_value,
+        method,
+    )  # fmt: skip
+
+
+def _pairs(
+    logs: Sequence[np.ndarray], base: Sequence[Passes], cur: Passes, cur_logs: np.ndarray
+) -> np.ndarray | None:
+    """Log ratios of current pass k to the baseline boots' mean at pass k, if enough pairs."""
+    means: dict[int, list[float]] = {}
+    for boot_logs, boot in zip(logs, base, strict=True):
+        for index, value in zip(boot.indices, boot_logs, strict=True):
+            means.setdefault(index, []).append(float(value))
+    diffs = [
+        value - float(np.mean(means[index]))
+        for index, value in zip(cur.indices, cur_logs, strict=True)
+        if index in means
+    ]
+    return np.array(diffs) if len(diffs) >= MIN_PAIRS else None
+
+
+def _bootstrap(
+    key: str, base: Sequence[Passes], cur: Passes, b_med: float, c_med: float, seed: int
+) -> _Result:
+    """A single pass on a side: time blocks of the raw passes, when both sides have them."""
+    base_records = [r for b in base for r in b.records]
+    if not base_records or not cur.records:
+        basis = "a single pass without raw samples gives no interval"
+        ratio = c_med / b_med if b_med else math.nan
+        return _Result(b_med, c_med, ratio, math.nan, math.nan, math.nan, basis)
+    cls, name = split_key(key)
+
+    def statistic(records: Sequence[object], seconds: float) -> float:
+        chosen = [r for r in records if cls is None or getattr(r, "cls", None) == cls]
+        return stats.summarize(chosen, seconds).get(name, math.nan)  # type: ignore[arg-type]
+
+    ratio, low, high = intervals.block_bootstrap(
+        _blocks(base_records), _blocks(cur.records), statistic, seed
+    )
+    return _Result(b_med, c_med, ratio, low, high, _bootstrap_p(low, high), "time blocks")
+
+
+def _bootstrap_p(low: float, high: float) -> float:
+    """The bootstrap's verdict as a p-value: below alpha exactly when the interval excludes 1."""
+    return ALPHA / 2 if (low > 1 or high < 1) else 1.0
+
+
+def _blocks(passes: Sequence[PassRecord]) -> list[tuple[Sequence[object], float]]:
+    """Consecutive time blocks of each pass, by request start time."""
+    out: list[tuple[Sequence[object], float]] = []
+    for p in passes:
+        count = max(4, min(12, len(p.records) // 15))
+        groups: list[list[object]] = [[] for _ in range(count)]
+        span = p.duration_s or 1.0
+        first = p.start_s + p.ramp_s
+        for r in p.records:
+            groups[min(count - 1, max(0, int((r.start - first) / span * count)))].append(r)
+        out += [(g, p.duration_s / count) for g in groups]
+    return out
+
+
+def compare(
+    base: Sequence[Passes],
+    current: Passes,
+    keys: Sequence[str],
+    tolerances: Mapping[str, float],
+    gated: Sequence[str] = (),
+    pair: bool = False,
+    seed: int = 0,
+) -> list[MetricVerdict]:
+    """A verdict for each of ``keys``; Holm's correction runs over the ``gated`` ones."""
+    results = {key: _one(key, base, current, pair, seed) for key in keys}
+    gated_keys = [k for k in keys if k in gated]
+    adjusted = dict(
+        zip(gated_keys, intervals.holm([results[k].p for k in gated_keys]), strict=True)
+    )
+    out = []
+    for key, r in results.items():
+        tol = tolerance_for(key, tolerances)
+        assert tol is not None, key
+        p_holm = adjusted.get(key, r.p)
+        higher = METRICS[split_key(key)[1]].higher_is_better
+        verdict = classify(r.ratio, r.low, r.high, p_holm, tol, higher)
+        out.append(
+            MetricVerdict(
+                key, r.baseline, r.current, r.ratio, r.low, r.high, tol, verdict,
+                r.basis, r.p, p_holm, key in gated,
+            )
+        )  # fmt: skip
+    return out
+
+
+def passes_note(base: Sequence[Passes], current: Passes) -> str:
+    """Say what the intervals cover, and when the passes cannot support a verdict."""
+    n_base = sum(len(b.metrics) for b in base)
+    n_cur = len(current.metrics)
+    if min(n_base, n_cur) < 2:
+        return (
+            f"{n_base} baseline vs {n_cur} current pass(es): intervals come from time "
+            "blocks inside a pass and understate run-to-run noise; use --vllm-repeat 5 "
+            "or more on both sides for a trustworthy verdict"
+        )
+    if not intervals.can_be_significant(n_base, n_cur):
+        return (
+            f"{n_base} baseline vs {n_cur} current passes can never give a significant "
+            "verdict at 95%; use --vllm-repeat 4 or more on both sides"
+        )
+    if len(base) == 1:
+        return (
+            "the baseline holds one boot: intervals cover noise inside a boot, not between "
+            "boots; add boots with --vllm-add-boot so that the gate learns the drift"
+        )
+    return ""

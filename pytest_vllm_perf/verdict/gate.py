@@ -1,0 +1,111 @@
+"""The regression gate: compare a measurement with its stored baseline, or store it.
+
+Plain data in, plain data out: a test id, a measurement and its provenance go
+in; a ``GateResult`` comes out. Nothing here knows about servers or pytest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from pathlib import Path
+
+from pytest_vllm_perf.config import profiles
+from pytest_vllm_perf.core.records import GateResult, GateStatus, Measurement, Provenance
+from pytest_vllm_perf.core.registry import COMPARED
+from pytest_vllm_perf.verdict import baseline, compare
+
+__all__ = ["SaveMode", "compared_metrics", "evaluate", "gated_metrics"]
+
+
+class SaveMode(StrEnum):
+    """What the gate does with a measurement."""
+
+    COMPARE = "compare"
+    SAVE = "save"  # replace the baseline with this run, as its only boot
+    ADD_BOOT = "add-boot"  # add this run to the baseline as one more boot
+
+
+def gated_metrics(result: Measurement, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The metrics that fail a test: the workload's own, else every compared one, plus opt-ins."""
+    own = result.workload.gate or COMPARED
+    return tuple(dict.fromkeys((*own, *extra)))
+
+
+def compared_metrics(gated: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((*gated, *COMPARED)))
+
+
+def current_passes(result: Measurement) -> compare.Passes:
+    return compare.Passes(
+        metrics=result.pass_metrics,
+        indices=tuple(p.index for p in result.passes),
+        durations=tuple(p.duration_s for p in result.passes),
+        records=result.passes,
+    )
+
+
+def evaluate(
+    test_id: str,
+    result: Measurement,
+    provenance: Provenance,
+    root: Path,
+    tolerances: Mapping[str, float],
+    gated: Sequence[str],
+    mode: SaveMode = SaveMode.COMPARE,
+) -> GateResult:
+    """Save the measurement as the baseline, add it as a boot, or compare it with the stored one."""
+    hw = provenance.environment.hardware_class
+    path = baseline.path_for(root, hw, test_id, provenance.profile)
+    if mode is SaveMode.SAVE:
+        baseline.save(path, baseline.document(test_id, result, provenance))
+        return GateResult(GateStatus.SAVED, path)
+    stored = baseline.load(path)
+    if mode is SaveMode.ADD_BOOT:
+        if stored is None:
+            baseline.save(path, baseline.document(test_id, result, provenance))
+            return GateResult(GateStatus.SAVED, path, note="no baseline to add to: saved as boot 1")
+        doc = baseline.add_boot(stored, test_id, result, provenance)
+        baseline.save(path, doc)
+        return GateResult(
+            GateStatus.BOOT_ADDED, path, note=f"the baseline now holds {len(doc['boots'])} boots"
+        )
+    if stored is None:
+        others = baseline.find_other_hardware(root, hw, test_id, provenance.profile)
+        if others:
+            note = f"baselines exist only for other hardware ({', '.join(others)}): not compared"
+            return GateResult(GateStatus.OTHER_HARDWARE, path, note=note)
+        return GateResult(GateStatus.MISSING, path, note=f"no baseline at {path}")
+    changes = tuple(_changes(stored, provenance))
+    if stored.data.get("workload_hash") != result.workload.hash:
+        return GateResult(
+            GateStatus.WORKLOAD_CHANGED,
+            path,
+            changes=changes,
+            note="the workload differs from the baseline's: not compared",
+        )
+    current = current_passes(result)
+    verdicts = compare.compare(
+        stored.boots,
+        current,
+        compared_metrics(gated),
+        tolerances,
+        gated=gated,
+        pair=True,
+    )
+    note = compare.passes_note(stored.boots, current)
+    return GateResult(GateStatus.COMPARED, path, tuple(verdicts), changes, note)
+
+
+def _changes(stored: baseline.Baseline, provenance: Provenance) -> list[str]:
+    """What differs since the baseline: profile settings, versions, model, placement."""
+    lines = [
+        "profile " + d
+        for d in profiles.diff(stored.data.get("profile", {}), provenance.profile_settings)
+    ]
+    old_env = stored.environment
+    new_env = provenance.environment.to_dict()
+    for key in ("vllm_version", "torch_version", "model", "parallelism"):
+        if key in old_env and old_env.get(key) != new_env.get(key):
+            lines.append(f"{key} {old_env.get(key)} -> {new_env.get(key)}")
+    return lines

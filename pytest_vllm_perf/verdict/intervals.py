@@ -1,0 +1,237 @@
+"""Confidence intervals and p-values for a change between two sets of passes.
+
+All work on log values, so a shift is a ratio. Three methods, by what the data allow:
+
+- ``unpaired``: the Hodges-Lehmann shift of the current passes against the baseline
+  passes, with the exact Mann-Whitney interval and p-value. Distribution-free and
+  exact for a handful of passes, where a bootstrap understates the spread and a t
+  interval assumes normality; a pass hit by a machine hiccup counts as one pass.
+- ``paired``: pass k of every run replays the same seeded schedule, so the log
+  ratio of pass k to pass k removes what the schedule decides (which passes get
+  the long prefills). The Hodges-Lehmann estimate of those ratios, with the exact
+  Wilcoxon signed-rank interval and p-value.
+- ``bootstrap``: with a single pass on a side there is no spread of passes to use;
+  a moving-block bootstrap over time blocks of the pass stands in, and
+  understates run-to-run noise (the gate says so).
+
+``holm`` adjusts the p-values of a test's gated metrics, so that the chance of any
+false regression over all of them stays at the nominal level.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+__all__ = [
+    "CONFIDENCE",
+    "Estimate",
+    "block_bootstrap",
+    "can_be_significant",
+    "holm",
+    "paired",
+    "rank_sum_null",
+    "signed_rank_null",
+    "unpaired",
+]
+
+CONFIDENCE: Final = 0.95
+BOOTSTRAP: Final = 1000
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A log-scale shift, its 95% interval and the two-sided p-value of no shift."""
+
+    shift: float
+    low: float
+    high: float
+    p_value: float
+
+
+@functools.lru_cache(maxsize=256)
+def rank_sum_null(m: int, n: int) -> tuple[int, ...]:
+    """How many orderings of ``m`` vs ``n`` values give each Mann-Whitney U = 0..m*n."""
+    if m == 0 or n == 0:
+        return (1,)
+    with_last_m = rank_sum_null(m - 1, n)  # the largest value is one of the m: U += n
+    with_last_n = rank_sum_null(m, n - 1)
+    out = [0] * (m * n + 1)
+    for u, count in enumerate(with_last_m):
+        out[u + n] += count
+    for u, count in enumerate(with_last_n):
+        out[u] += count
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=64)
+def signed_rank_null(n: int) -> tuple[int, ...]:
+    """How many of the 2**n sign patterns give each signed-rank sum W+ = 0..n(n+1)/2."""
+    counts = [1]
+    for rank in range(1, n + 1):
+        grown = [0] * (len(counts) + rank)
+        for w, c in enumerate(counts):
+            grown[w] += c  # rank ``rank`` negative
+            grown[w + rank] += c  # positive
+        counts = grown
+    return tuple(counts)
+
+
+def _critical(counts: Sequence[int]) -> int:
+    """The largest k with P(stat < k) <= (1 - CONFIDENCE) / 2: the interval's order statistic."""
+    allowed = (1 - CONFIDENCE) / 2 * sum(counts)
+    k, cumulative = 0, 0
+    while cumulative + counts[k] <= allowed:
+        cumulative += counts[k]
+        k += 1
+    return k
+
+
+def _at_least(counts: Sequence[int], stat: float) -> float:
+    """P(S >= stat) under the null counts."""
+    return sum(c for s, c in enumerate(counts) if s >= stat) / sum(counts)
+
+
+def _at_most(counts: Sequence[int], stat: float) -> float:
+    """P(S <= stat) under the null counts."""
+    return sum(c for s, c in enumerate(counts) if s <= stat) / sum(counts)
+
+
+def _widen(estimate: float, low: float, high: float, p: float, margin: float) -> Estimate:
+    return Estimate(estimate, low - margin, high + margin, p)
+
+
+def can_be_significant(m: int, n: int) -> bool:
+    """Whether ``m`` vs ``n`` unpaired passes can ever give an interval that excludes 0."""
+    return _critical(rank_sum_null(m, n)) > 0
+
+
+def unpaired(base: np.ndarray, cur: np.ndarray, margin: float = 0.0) -> Estimate:
+    """Hodges-Lehmann shift ``cur - base``, exact Mann-Whitney 95% interval and p-value.
+
+    The interval is the k-th smallest and k-th largest of the m*n pairwise
+    differences, k from the Mann-Whitney null distribution, so its coverage is at
+    least 95% whatever the shape of the per-pass distribution (only a shift of it
+    is assumed). With too few passes (fewer than 4 per side when equal) no such k
+    exists and the interval is unbounded.
+
+    A ``margin`` (a drift that is not to count as a change) widens the interval on
+    both sides, and the p-value then tests for a shift beyond it: the larger of
+    "shift > margin" and "shift < -margin", doubled.
+    """
+    diffs = np.sort(np.subtract.outer(cur, base).ravel())
+    counts = rank_sum_null(len(base), len(cur))
+
+    def u(shift: float) -> float:  # pairs where the current, moved by ``shift``, is larger
+        moved = diffs - shift
+        return float(np.sum(moved > 0) + 0.5 * np.sum(moved == 0))
+
+    p = min(1.0, 2 * min(_at_least(counts, u(margin)), _at_most(counts, u(-margin))))
+    k = _critical(counts)
+    estimate = float(np.median(diffs))
+    if k == 0:
+        return _widen(estimate, -math.inf, math.inf, p, margin)
+    return _widen(estimate, float(diffs[k - 1]), float(diffs[len(diffs) - k]), p, margin)
+
+
+def paired(diffs: np.ndarray, margin: float = 0.0) -> Estimate:
+    """Hodges-Lehmann shift of paired differences, exact Wilcoxon signed-rank interval and p.
+
+    The interval is the k-th smallest and largest of the n(n+1)/2 Walsh averages;
+    it assumes the differences are symmetric about their shift, not normal. Below
+    6 pairs no 95% interval is bounded. ``margin`` works as in :func:`unpaired`.
+    """
+    n = len(diffs)
+    i, j = np.triu_indices(n)
+    walsh = np.sort((diffs[i] + diffs[j]) / 2)
+    counts = signed_rank_null(n)
+    p = min(
+        1.0, 2 * min(_signed_rank_p(diffs - margin, True), _signed_rank_p(diffs + margin, False))
+    )
+    k = _critical(counts)
+    estimate = float(np.median(walsh))
+    if k == 0:
+        return _widen(estimate, -math.inf, math.inf, p, margin)
+    return _widen(estimate, float(walsh[k - 1]), float(walsh[len(walsh) - k]), p, margin)
+
+
+def _signed_rank_p(diffs: np.ndarray, upper: bool) -> float:
+    """One-sided exact p of the signed-rank test that ``diffs`` centre above (or below) 0."""
+    nonzero = diffs[diffs != 0]
+    if not len(nonzero):
+        return 1.0
+    ranks = _ranks(np.abs(nonzero))
+    w_plus = float(np.sum(ranks[nonzero > 0]))
+    null = signed_rank_null(len(nonzero))
+    # tied ranks can make W+ a half: round it towards the larger p-value
+    return _at_least(null, math.floor(w_plus)) if upper else _at_most(null, math.ceil(w_plus))
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..n, ties averaged."""
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(1, len(values) + 1)
+    for v in np.unique(values):
+        tied = values == v
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values: reject where adjusted p < alpha to control family-wise error."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: (math.isnan(p_values[i]), p_values[i]))
+    adjusted = [math.nan] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        p = p_values[i]
+        if math.isnan(p):
+            continue
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+Statistic = Callable[[Sequence[object], float], float]
+
+
+def block_bootstrap(
+    base_blocks: Sequence[tuple[Sequence[object], float]],
+    cur_blocks: Sequence[tuple[Sequence[object], float]],
+    statistic: Statistic,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Ratio current / baseline of ``statistic`` over resampled time blocks, and its interval.
+
+    Each block is (records, seconds). A replicate draws as many blocks as there are,
+    with replacement, on each side. Returns (point ratio of all blocks, low, high);
+    infinite ratios (failures) stay infinite.
+    """
+    rng = np.random.default_rng(seed)
+
+    def value(blocks: Sequence[tuple[Sequence[object], float]]) -> float:
+        return statistic([r for b in blocks for r in b[0]], sum(b[1] for b in blocks))
+
+    def ratio(b: float, c: float) -> float:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(np.divide(c, b))
+
+    ratios = np.empty(BOOTSTRAP)
+    for i in range(BOOTSTRAP):
+        b = [base_blocks[j] for j in rng.integers(0, len(base_blocks), len(base_blocks))]
+        c = [cur_blocks[j] for j in rng.integers(0, len(cur_blocks), len(cur_blocks))]
+        ratios[i] = ratio(value(b), value(c))
+    known = np.sort(ratios[~np.isnan(ratios)])
+    point = ratio(value(base_blocks), value(cur_blocks))
+    if not len(known):
+        return point, math.nan, math.nan
+    alpha = (1 - CONFIDENCE) / 2
+    at = np.array([alpha, 1 - alpha]) * (len(known) - 1)
+    low, high = known[np.floor(at).astype(int)], known[np.ceil(at).astype(int)]
+    return point, float(low[0]), float(high[1])

@@ -1,0 +1,120 @@
+"""Descriptive statistics of request records, with the definitions of ``vllm bench serve``.
+
+Failed requests are never dropped: a request that produced no first token has an
+infinite TTFT and E2EL, so a p99 over a run with more than 1% failures is
+infinite and fails any limit. This is deliberate: a user never got that answer.
+Every metric name and statistic comes from the registry.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from pytest_vllm_perf.core.records import PassRecord, RequestRecord
+from pytest_vllm_perf.core.registry import LATENCIES, METRICS, PERCENTILES
+from pytest_vllm_perf.core.workload import Workload
+
+__all__ = ["measure_metrics", "pass_metrics", "percentile", "samples", "summarize"]
+
+Samples = dict[str, np.ndarray]
+
+
+def percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
+    """Linear-interpolated percentile (numpy's default) in which infinities stay infinite.
+
+    numpy computes ``a + frac * (b - a)``, which is NaN for ``b = inf`` even when
+    ``frac`` is 0; here the value at a whole index is returned as it is, so the
+    median of [1, 2, inf] is 2, and only a percentile that interpolates towards an
+    infinite sample is infinite.
+    """
+    if len(values) == 0:
+        return math.nan
+    ordered = np.sort(np.asarray(values, dtype=float))
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    frac = position - low
+    a = float(ordered[low])
+    if frac == 0.0:
+        return a
+    b = float(ordered[low + 1])
+    if math.isinf(b) or math.isinf(a):
+        return b if math.isinf(b) else a
+    return a + frac * (b - a)
+
+
+def samples(records: Iterable[RequestRecord]) -> Samples:
+    """Per-request arrays in seconds (and completed requests' token counts).
+
+    Unanswered requests enter TTFT and E2EL as infinity: they are never dropped.
+    """
+    records = list(records)
+    return {
+        "ttft": np.array([r.ttft if r.ttft is not None else math.inf for r in records]),
+        "itl": np.array([x for r in records for x in r.itl]),
+        "e2el": np.array([r.e2el if r.ok else math.inf for r in records]),
+        "tpot": np.array([r.tpot for r in records if r.ok and r.tpot is not None]),
+        "tokens": np.array([r.output_tokens for r in records if r.ok], dtype=float),
+    }
+
+
+def _latency_stats(field: str, seconds: np.ndarray) -> dict[str, float]:
+    empty = len(seconds) == 0
+    out = {f"{field}_mean_ms": (math.nan if empty else float(np.mean(seconds))) * 1000}
+    for name, q in PERCENTILES.items():
+        out[f"{field}_{name}_ms"] = percentile(seconds, q) * 1000
+    out[f"{field}_max_ms"] = (math.nan if empty else float(np.max(seconds))) * 1000
+    return out
+
+
+def summarize(records: Sequence[RequestRecord], duration_s: float) -> dict[str, float]:
+    """Every request metric of the registry over one group of records and window."""
+    arrays = samples(records)
+    out: dict[str, float] = {}
+    for field in LATENCIES:
+        out.update(_latency_stats(field, arrays[field]))
+    completed = sum(r.ok for r in records)
+    out["completed"] = float(completed)
+    out["failed"] = float(len(records) - completed)
+    rate_ok = duration_s > 0
+    out["output_throughput"] = float(np.sum(arrays["tokens"])) / duration_s if rate_ok else math.nan
+    out["request_throughput"] = completed / duration_s if rate_ok else math.nan
+    assert set(out) == {k for k, m in METRICS.items() if m.source == "request"}
+    return out
+
+
+def _by_class(
+    workload: Workload, records: Sequence[RequestRecord], duration_s: float
+) -> dict[str, float]:
+    """All requests unprefixed, each class as ``cls.metric``."""
+    out = summarize(records, duration_s)
+    for cls in workload.classes:
+        group = [r for r in records if r.cls == cls.name]
+        out.update({f"{cls.name}.{k}": v for k, v in summarize(group, duration_s).items()})
+    return out
+
+
+def pass_metrics(workload: Workload, p: PassRecord) -> dict[str, float]:
+    """Every metric of one pass: what a verdict compares, pass against pass."""
+    out = _by_class(workload, p.records, p.duration_s)
+    if "preemptions" in p.counters:
+        out["preemptions"] = p.counters["preemptions"]
+        out["preemptions_per_s"] = p.counters["preemptions"] / p.duration_s
+    return out
+
+
+def measure_metrics(
+    workload: Workload, passes: Sequence[PassRecord], server: Mapping[str, float]
+) -> dict[str, float]:
+    """Every metric over all passes pooled (what thresholds check), plus server gauges."""
+    records = [r for p in passes for r in p.records]
+    duration = sum(p.duration_s for p in passes)
+    out = _by_class(workload, records, duration)
+    counts = [p.counters["preemptions"] for p in passes if "preemptions" in p.counters]
+    if passes and len(counts) == len(passes):
+        out["preemptions"] = float(sum(counts))
+        out["preemptions_per_s"] = out["preemptions"] / duration if duration > 0 else math.nan
+    out.update(server)
+    return out

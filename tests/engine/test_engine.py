@@ -1,0 +1,149 @@
+"""Claims about vLLM behaviour, shown against the real engine (the CPU build in CI)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pytest_vllm_perf import workload
+from pytest_vllm_perf.session import measure
+from tests.real_engine import require_engine, vllm_processes
+
+pytestmark = pytest.mark.engine
+QUICK = workload.named("mixed").override(
+    {
+        "duration_s": 6,
+        "warmup_requests": 1,
+        "chat": {"users": 2, "output_tokens": 16},
+        "long": {"rate": 1.0, "prompt_tokens": 512, "output_tokens": 4},
+    }
+)
+PERF_TEST = """
+import pytest
+
+@pytest.mark.vllm_perf(workload="mixed", duration_s=6, warmup_requests=1, repeat=1,
+                       chat={{"users": 2, "output_tokens": 16}},
+                       long={{"rate": 1.0, "prompt_tokens": 512, "output_tokens": 4}},
+                       thresholds={thresholds})
+def test_perf(vllm_perf):
+    vllm_perf.run()
+"""
+
+
+def test_workload_measures_real_tokens(real_server):
+    outcome = measure("t", real_server, QUICK, {"failed": 0})
+    result = outcome.result
+    assert outcome.passed, [c.describe() for c in outcome.checks]
+    assert result.metrics["chat.completed"] >= 2
+    assert result.metrics["long.completed"] >= 1
+    for record in result.records:
+        # exact lengths: ignore_eos + max_tokens on the served model's own tokenizer
+        assert record.output_tokens == record.expected_output_tokens
+        assert record.prompt_tokens == {"chat": 64, "long": 512}[record.cls]
+        assert 0 < record.ttft < record.e2el
+        # one gap per streamed chunk; vLLM may merge tokens into a chunk when it lags
+        assert 1 <= len(record.itl) <= record.output_tokens - 1
+    assert result.metrics["ttft_p50_ms"] > 0
+    assert result.metrics["preemptions"] == 0
+    assert result.samples, "KV usage and queue are sampled during the run"
+
+
+def test_threshold_pass_and_fail_against_real_engine(real_server, perf_project):
+    perf_project.makepyfile(
+        test_ok=PERF_TEST.format(thresholds="{'ttft_p99_ms': 60000, 'itl_p99_ms': 60000}"),
+        test_bad=PERF_TEST.format(thresholds="{'itl_p50_ms': 0.001}"),
+    )
+    result = perf_project.runpytest_subprocess(
+        f"--vllm-url={real_server.base_url}", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*FAIL itl_p50_ms:*(limit <= 0.001)*"])
+
+
+def test_preemptions_counted_and_no_process_left(perf_project):
+    require_engine()
+    perf_project.makepyfile(
+        test_kv="""
+        import pytest
+
+        @pytest.mark.vllm_perf(workload="kv_pressure", profile="small-kv", duration_s=8, repeat=1,
+                               seq={"users": 8, "prompt_tokens": 256, "output_tokens": 128},
+                               thresholds={"min_preemptions": 1})
+        def test_kv(vllm_perf):
+            outcome = vllm_perf.run()
+            print("PREEMPTIONS", outcome.result.metrics["preemptions"])
+    """
+    )
+    result = perf_project.runpytest_subprocess("-p", "no:cacheprovider", "-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*ready at http://127.0.0.1:*", "*PREEMPTIONS *"])
+    assert vllm_processes(str(perf_project.path)) == []
+
+
+def test_rejected_engine_flag_fails_fast_with_vllm_message(perf_project):
+    require_engine()
+    (perf_project.path / "profiles" / "bad.yaml").write_text("engine: {no_such_flag: 3}\n")
+    perf_project.makepyfile(PERF_TEST.format(thresholds="{}"))
+    started = time.monotonic()
+    result = perf_project.runpytest_subprocess("--vllm-profile=bad", "-p", "no:cacheprovider")
+    assert time.monotonic() - started < 90
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*exited with code*", "*--no-such-flag*"])
+    assert vllm_processes(str(perf_project.path)) == []
+
+
+def test_ctrl_c_leaves_no_vllm_process(perf_project):
+    require_engine()
+    perf_project.makepyfile(
+        test_slow="""
+        import pytest
+
+        @pytest.mark.vllm_perf(duration_s=600)
+        def test_slow(vllm_perf):
+            vllm_perf.run()
+    """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s"],
+        cwd=perf_project.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 300
+        for line in proc.stdout:
+            if " done, " in line or time.monotonic() > deadline:  # the workload is running
+                break
+        assert vllm_processes(str(perf_project.path)), "the server should be up before Ctrl-C"
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+    assert vllm_processes(str(perf_project.path)) == []
+
+
+def test_more_api_server_processes_boot_and_tokenize(perf_project):
+    """A profile with api_server_count: 2 boots through the launcher and serves text prompts."""
+    require_engine()
+    perf_project.makepyfile(
+        test_tok="""
+        def test_tok(vllm_perf):
+            outcome = vllm_perf.run(
+                "tokenizer_pressure", duration_s=5, warmup_requests=1, repeat=1,
+                text={"rate": 2.0, "prompt_tokens": 300})
+            assert {r.prompt_tokens for r in outcome.result.records} == {300}
+    """
+    )
+    result = perf_project.runpytest_subprocess(
+        "--vllm-profile=api-servers-2", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
+    assert vllm_processes(str(perf_project.path)) == []

@@ -1,0 +1,42 @@
+"""The metric registry is the one place metric names, units and directions come from."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_vllm_perf.core import registry
+from pytest_vllm_perf.core.errors import ThresholdError
+from pytest_vllm_perf.report import text
+
+
+def test_every_metric_carries_its_unit_and_bench_serve_key():
+    m = registry.metric("itl_p99_ms")
+    assert (m.unit, m.statistic, m.field, m.bench_serve_key) == ("ms", "p99", "itl", "p99_itl_ms")
+    assert registry.metric("chat.ttft_p50_ms").bench_serve_key == "median_ttft_ms"
+    assert registry.metric("output_throughput").higher_is_better
+    assert not registry.metric("tpot_mean_ms").higher_is_better
+
+
+def test_threshold_keys():
+    assert registry.threshold_target("chat.min_itl_p99_ms") == ("chat.itl_p99_ms", True)
+    assert registry.threshold_target("preemptions") == ("preemptions", False)
+    with pytest.raises(ThresholdError, match="unknown threshold 'chat.preemptions'"):
+        registry.threshold_target("chat.preemptions")  # a server metric has no class
+
+
+def test_tolerances_only_for_compared_metrics():
+    registry.validate_tolerances({"itl_p99_ms": 0.2, "chat.tpot_mean_ms": 0.1})
+    with pytest.raises(ThresholdError, match="not a compared metric"):
+        registry.validate_tolerances({"itl_max_ms": 0.2})
+    with pytest.raises(ThresholdError, match="unknown metric 'itl_p98_ms'"):
+        registry.validate_tolerances({"itl_p98_ms": 0.2})
+    assert registry.default_tolerances("cpu")["itl_p50_ms"] > registry.default_tolerances("cuda")[
+        "itl_p50_ms"
+    ]
+
+
+def test_reports_read_the_registry():
+    keys = text.bench_serve_keys({"ttft_p50_ms": 1.0, "chat.itl_p99_ms": 2.0, "completed": 3.0})
+    assert keys == {"median_ttft_ms": 1.0, "chat.p99_itl_ms": 2.0, "completed": 3.0}
+    for key in (*text.COLUMNS, *text.SIDE_BY_SIDE, *registry.COMPARED):
+        assert key in registry.METRICS
