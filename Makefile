@@ -1,6 +1,6 @@
 # Two entry points, both idempotent on a fresh clone:
 #   make demo   set up .venv with the CPU engine if missing, run the example perf suite
-#   make test   set up .venv if missing, then lint, type-check and run the tests
+#   make test   set up .venv if missing, then lint, type-check, check import layers, run the tests
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -28,6 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/actionlint
 
 test: lint

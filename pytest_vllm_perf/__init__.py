@@ -14,6 +14,7 @@ records -> statistics -> verdict -> report (see the README's architecture).
 from __future__ import annotations
 
 from importlib import metadata
+from typing import TYPE_CHECKING, Any
 
 from pytest_vllm_perf.config.profiles import Profile
 from pytest_vllm_perf.core.errors import (
@@ -38,7 +39,21 @@ from pytest_vllm_perf.core.records import (
 )
 from pytest_vllm_perf.core.registry import METRICS, MetricDef
 from pytest_vllm_perf.core.workload import RequestClass, Workload
-from pytest_vllm_perf.fixture import PerfFixture
+
+if TYPE_CHECKING:
+    from pytest_vllm_perf.fixture import PerfFixture
+
+
+
+def __getattr__(name: str) -> Any:
+    """``PerfFixture`` is imported on first use: it pulls in the serving layer, which
+    ``python -m pytest_vllm_perf.cli`` (files only) must not import."""
+    if name == "PerfFixture":
+        from pytest_vllm_perf.fixture import PerfFixture
+
+        return PerfFixture
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 try:
     __version__ = metadata.version("pytest-vllm-perf")

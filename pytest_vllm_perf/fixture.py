@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final, TypeVar
 
 import pytest
 
@@ -26,6 +26,7 @@ from pytest_vllm_perf.serving.pool import ServerHandle
 __all__ = ["MARKER_KEYS", "PerfFixture"]
 
 # Marker keywords with a meaning of their own; every other keyword overrides a workload field.
+T = TypeVar("T")
 MARKER_KEYS: Final = frozenset(
     {"workload", "thresholds", "tolerances", "profile", "repeat", "gate"}
 )
@@ -64,10 +65,7 @@ class PerfFixture:
 
     def workload(self, spec: str | Workload | None = None, **overrides: Any) -> Workload:
         """The workload this test runs: argument, else marker, else ``mixed``; with overrides."""
-        try:
-            return self._workload(spec, overrides)
-        except VllmPerfError as exc:
-            _fail(exc)
+        return _reported(lambda: self._workload(spec, overrides))
 
     def _workload(self, spec: str | Workload | None, overrides: Mapping[str, Any]) -> Workload:
         marker = self._marker
@@ -93,10 +91,9 @@ class PerfFixture:
         **overrides: Any,
     ) -> Outcome:
         """Measure, check thresholds and the baseline; fail listing everything that broke."""
-        try:
-            outcome = self._run(spec, thresholds, tolerances, repeat, gate, overrides)
-        except VllmPerfError as exc:
-            _fail(exc)
+        outcome = _reported(
+            lambda: self._run(spec, thresholds, tolerances, repeat, gate, overrides)
+        )
         self._collect(outcome)
         self.outcomes.append(outcome)
         problems = _problems(outcome, self._settings.require_baseline)
@@ -151,8 +148,14 @@ def _passes(value: object) -> int:
     return count
 
 
-def _fail(exc: VllmPerfError) -> NoReturn:
-    pytest.fail(str(exc), pytrace=False)
+def _reported(action: Callable[[], T]) -> T:
+    """``action()``; a VllmPerfError fails the test with its message alone (no traceback,
+    and no "during handling of the above exception" chain)."""
+    try:
+        return action()
+    except VllmPerfError as exc:
+        message = str(exc)
+    pytest.fail(message, pytrace=False)
 
 
 def _problems(outcome: Outcome, require_baseline: bool) -> list[str]:

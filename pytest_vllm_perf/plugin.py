@@ -125,7 +125,8 @@ def vllm_server(request: pytest.FixtureRequest, vllm_profile: Profile) -> Server
     try:
         return request.config.stash[POOL].get(vllm_profile)
     except ServerError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        message = str(exc)  # failed outside the handler: the error is printed once
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture

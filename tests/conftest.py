@@ -7,8 +7,8 @@ import pytest
 
 from pytest_vllm_perf.config.profiles import load
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
-from tests.real_engine import require_engine
 from tests.fake_server import FakeVllm, ServerThread
+from tests.real_engine import require_engine
 
 REPO = Path(__file__).resolve().parent.parent
 

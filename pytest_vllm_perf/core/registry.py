@@ -11,6 +11,7 @@ the whole run.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -180,12 +181,11 @@ def metric(key: str) -> MetricDef:
     cls, name = split_key(key)
     found = METRICS.get(name)
     if found is None or (cls is not None and not found.per_class):
-        allowed = "request metrics" if cls else "metrics"
-        raise ThresholdError(
-            f"unknown metric {key!r}; {allowed}: "
-            + ", ".join(sorted(k for k, m in METRICS.items() if m.per_class or not cls))
-            + " (prefix 'CLASS.' for one request class)"
-        )
+        allowed = sorted(k for k, m in METRICS.items() if m.per_class or not cls)
+        close = difflib.get_close_matches(name, allowed, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        kind = "request metrics (per class)" if cls else "metrics"
+        raise ThresholdError(f"unknown metric {key!r}; {hint}{kind}: {', '.join(allowed)}")
     return found
 
 

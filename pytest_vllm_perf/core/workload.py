@@ -61,8 +61,8 @@ class Workload:
             raise WorkloadError(f"workload {self.name!r} has no request classes")
         if self.duration_s <= 0:
             raise WorkloadError(f"workload {self.name!r}: duration_s must be > 0")
-        if not 0 <= self.ramp_s < self.duration_s:
-            raise WorkloadError(f"workload {self.name!r}: ramp_s must be >= 0 and < duration_s")
+        if self.ramp_s < 0:
+            raise WorkloadError(f"workload {self.name!r}: ramp_s must be >= 0")
         object.__setattr__(self, "gate", tuple(self.gate))
         names = {c.name for c in self.classes}
         for key in self.gate:
@@ -76,6 +76,11 @@ class Workload:
                     f"workload {self.name!r}: gate: {key!r} is not a compared metric of "
                     f"its classes ({', '.join(sorted(names))})"
                 )
+
+    @property
+    def effective_ramp_s(self) -> float:
+        """The ramp-up actually used: ``ramp_s``, but at most a tenth of a pass."""
+        return min(self.ramp_s, self.duration_s / 10)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

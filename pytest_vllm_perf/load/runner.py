@@ -154,7 +154,7 @@ async def _pass(state: _Run, index: int) -> PassRecord:
     await _drive(state, workload.seed + index)
     ended = time.perf_counter()
     after = await asyncio.to_thread(scrape.scrape, state.base_url)
-    ramp_end = start - state.t0 + workload.ramp_s
+    ramp_end = start - state.t0 + workload.effective_ramp_s
     kept = tuple(sorted((r for r in state.records if r.start >= ramp_end), key=lambda r: r.start))
     counters: dict[str, float] = {}
     b, a = scrape.preemptions(before), scrape.preemptions(after)
@@ -163,11 +163,11 @@ async def _pass(state: _Run, index: int) -> PassRecord:
     return PassRecord(
         records=kept,
         # the measured window: from the end of the ramp-up to the last response
-        duration_s=ended - start - workload.ramp_s,
+        duration_s=ended - start - workload.effective_ramp_s,
         start_s=start - state.t0,
         index=index,
         counters=counters,
-        ramp_s=workload.ramp_s,
+        ramp_s=workload.effective_ramp_s,
         ramp_requests=len(state.records) - len(kept),
         drain_s=max(0.0, ended - state.deadline),
         overloaded=overload(workload, kept),
@@ -217,7 +217,7 @@ async def _warmup(state: _Run) -> None:
 
 async def _drive(state: _Run, seed: int) -> None:
     rng = random.Random(seed)
-    ramp = state.workload.ramp_s
+    ramp = state.workload.effective_ramp_s
     jobs: list[Any] = []
     for cls in state.workload.classes:
         if cls.users:

@@ -4,10 +4,13 @@ The unit of noise is the pass (see ``core.records.PassRecord``); the interval
 methods are in ``intervals``. This module decides which method the data allow,
 how boot-to-boot drift enters, and what each metric's verdict is:
 
-- **Pairing.** When both sides replay the same seeded schedule and there are at
-  least 6 common pass indices, pass k is compared with pass k (``paired``):
-  what the schedule decides (which passes get the long prefills) cancels out.
-  Otherwise all passes are compared as two groups (``unpaired``).
+- **Pairing.** When both sides replay the same seeded schedule, pass k can be
+  compared with pass k (``paired``): what the schedule decides (which passes get
+  the long prefills) cancels out. The exact signed-rank test needs more passes
+  than the two-group test to reach a given p-value (6 pairs: at best p = 1/32; 6
+  vs 6 passes: p = 1/462), so pairs are used only when there are enough for a
+  significant verdict after Holm's correction: 6 for one gated metric, 7 for up
+  to 3, 8 for up to 6. Otherwise all passes are compared as two groups.
 - **Boots.** A baseline can hold passes from several boots of the server. Passes
   inside one boot agree more closely than boots do (on the H200, decode p99 ITL
   moved 12% between two boots while its passes agreed within a few percent), so
@@ -37,9 +40,17 @@ from pytest_vllm_perf.core.records import MetricVerdict, PassRecord, Verdict
 from pytest_vllm_perf.core.registry import METRICS, split_key, tolerance_for
 from pytest_vllm_perf.verdict import intervals, stats
 
-__all__ = ["MIN_PAIRS", "Passes", "classify", "compare", "passes_note"]
+__all__ = ["MIN_PAIRS", "Passes", "classify", "compare", "min_pairs", "passes_note"]
 
 MIN_PAIRS: Final = 6  # the fewest pairs for which a 95% signed-rank interval is bounded
+
+
+def min_pairs(gated: int) -> int:
+    """The fewest pairs whose best signed-rank p (2 / 2**n) passes Holm over ``gated`` metrics."""
+    n = MIN_PAIRS
+    while 2 / 2**n >= ALPHA / max(1, gated):
+        n += 1
+    return n
 ALPHA: Final = 1 - intervals.CONFIDENCE
 
 
@@ -107,7 +118,8 @@ def _usable(logs: np.ndarray) -> bool:
     return len(logs) >= 1 and bool(np.all(np.isfinite(logs)))
 
 
-def _one(key: str, base: Sequence[Passes], cur: Passes, pair: bool, seed: int) -> _Result:
+def _one(key: str, base: Sequence[Passes], cur: Passes, pairs: int, seed: int) -> _Result:
+    """One metric's comparison; ``pairs`` is the fewest pairs to pair passes by (0: never)."""
     base_values = np.concatenate([b.values(key) for b in base])
     cur_values = cur.values(key)
     b_med, c_med = float(np.median(base_values)), float(np.median(cur_values))
@@ -119,7 +131,7 @@ def _one(key: str, base: Sequence[Passes], cur: Passes, pair: bool, seed: int) -
     if min(len(base_logs), len(cur_logs)) < 2:
         return _bootstrap(key, base, cur, b_med, c_med, seed)
     drift = float(np.ptp([np.median(x) for x in logs])) if len(logs) > 1 else 0.0
-    by_index = _pairs(logs, base, cur, cur_logs) if pair else None
+    by_index = _pairs(logs, base, cur, cur_logs, pairs) if pairs else None
     if by_index is not None:
         est = intervals.paired(by_index, margin=drift)
         method = f"{len(by_index)} pairs of passes, paired"
@@ -135,7 +147,11 @@ def _one(key: str, base: Sequence[Passes], cur: Passes, pair: bool, seed: int) -
 
 
 def _pairs(
-    logs: Sequence[np.ndarray], base: Sequence[Passes], cur: Passes, cur_logs: np.ndarray
+    logs: Sequence[np.ndarray],
+    base: Sequence[Passes],
+    cur: Passes,
+    cur_logs: np.ndarray,
+    needed: int,
 ) -> np.ndarray | None:
     """Log ratios of current pass k to the baseline boots' mean at pass k, if enough pairs."""
     means: dict[int, list[float]] = {}
@@ -147,7 +163,7 @@ def _pairs(
         for index, value in zip(cur.indices, cur_logs, strict=True)
         if index in means
     ]
-    return np.array(diffs) if len(diffs) >= MIN_PAIRS else None
+    return np.array(diffs) if len(diffs) >= needed else None
 
 
 def _bootstrap(
@@ -165,15 +181,10 @@ def _bootstrap(
         chosen = [r for r in records if cls is None or getattr(r, "cls", None) == cls]
         return stats.summarize(chosen, seconds).get(name, math.nan)  # type: ignore[arg-type]
 
-    ratio, low, high = intervals.block_bootstrap(
+    ratio, low, high, p = intervals.block_bootstrap(
         _blocks(base_records), _blocks(cur.records), statistic, seed
     )
-    return _Result(b_med, c_med, ratio, low, high, _bootstrap_p(low, high), "time blocks")
-
-
-def _bootstrap_p(low: float, high: float) -> float:
-    """The bootstrap's verdict as a p-value: below alpha exactly when the interval excludes 1."""
-    return ALPHA / 2 if (low > 1 or high < 1) else 1.0
+    return _Result(b_med, c_med, ratio, low, high, p, "time blocks")
 
 
 def _blocks(passes: Sequence[PassRecord]) -> list[tuple[Sequence[object], float]]:
@@ -200,7 +211,8 @@ def compare(
     seed: int = 0,
 ) -> list[MetricVerdict]:
     """A verdict for each of ``keys``; Holm's correction runs over the ``gated`` ones."""
-    results = {key: _one(key, base, current, pair, seed) for key in keys}
+    pairs = min_pairs(len(gated)) if pair else 0
+    results = {key: _one(key, base, current, pairs, seed) for key in keys}
     gated_keys = [k for k in keys if k in gated]
     adjusted = dict(
         zip(gated_keys, intervals.holm([results[k].p for k in gated_keys]), strict=True)
@@ -221,20 +233,24 @@ def compare(
     return out
 
 
-def passes_note(base: Sequence[Passes], current: Passes) -> str:
-    """Say what the intervals cover, and when the passes cannot support a verdict."""
+def passes_note(base: Sequence[Passes], current: Passes, gated: int = 1) -> str:
+    """Say what the intervals cover, and when the passes cannot support a verdict.
+
+    With Holm over ``gated`` metrics, the smallest p must be below 5% / ``gated``.
+    """
     n_base = sum(len(b.metrics) for b in base)
     n_cur = len(current.metrics)
     if min(n_base, n_cur) < 2:
         return (
             f"{n_base} baseline vs {n_cur} current pass(es): intervals come from time "
-            "blocks inside a pass and understate run-to-run noise; use --vllm-repeat 5 "
+            "blocks inside a pass and understate run-to-run noise; use --vllm-repeat 6 "
             "or more on both sides for a trustworthy verdict"
         )
-    if not intervals.can_be_significant(n_base, n_cur):
+    if not intervals.can_be_significant(n_base, n_cur, ALPHA / max(1, gated)):
         return (
             f"{n_base} baseline vs {n_cur} current passes can never give a significant "
-            "verdict at 95%; use --vllm-repeat 4 or more on both sides"
+            f"verdict over {gated} gated metric(s) at 95%; use more passes "
+            "(--vllm-repeat 6 on both sides gates up to 4 metrics)"
         )
     if len(base) == 1:
         return (

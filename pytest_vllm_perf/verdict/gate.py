@@ -93,7 +93,7 @@ def evaluate(
         gated=gated,
         pair=True,
     )
-    note = compare.passes_note(stored.boots, current)
+    note = compare.passes_note(stored.boots, current, len(gated))
     return GateResult(GateStatus.COMPARED, path, tuple(verdicts), changes, note)
 
 

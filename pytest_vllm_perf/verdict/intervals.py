@@ -106,9 +106,10 @@ def _widen(estimate: float, low: float, high: float, p: float, margin: float) ->
     return Estimate(estimate, low - margin, high + margin, p)
 
 
-def can_be_significant(m: int, n: int) -> bool:
-    """Whether ``m`` vs ``n`` unpaired passes can ever give an interval that excludes 0."""
-    return _critical(rank_sum_null(m, n)) > 0
+def can_be_significant(m: int, n: int, alpha: float = 1 - CONFIDENCE) -> bool:
+    """Whether ``m`` vs ``n`` unpaired passes can ever reach a two-sided p below ``alpha``."""
+    counts = rank_sum_null(m, n)
+    return 2 * counts[0] / sum(counts) < alpha
 
 
 def unpaired(base: np.ndarray, cur: np.ndarray, margin: float = 0.0) -> Estimate:
@@ -206,11 +207,12 @@ def block_bootstrap(
     cur_blocks: Sequence[tuple[Sequence[object], float]],
     statistic: Statistic,
     seed: int = 0,
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, float]:
     """Ratio current / baseline of ``statistic`` over resampled time blocks, and its interval.
 
     Each block is (records, seconds). A replicate draws as many blocks as there are,
-    with replacement, on each side. Returns (point ratio of all blocks, low, high);
+    with replacement, on each side. Returns (point ratio of all blocks, low, high, p),
+    p being twice the share of replicates on the far side of 1 (at least 1/BOOTSTRAP);
     infinite ratios (failures) stay infinite.
     """
     rng = np.random.default_rng(seed)
@@ -230,8 +232,10 @@ def block_bootstrap(
     known = np.sort(ratios[~np.isnan(ratios)])
     point = ratio(value(base_blocks), value(cur_blocks))
     if not len(known):
-        return point, math.nan, math.nan
+        return point, math.nan, math.nan, math.nan
     alpha = (1 - CONFIDENCE) / 2
     at = np.array([alpha, 1 - alpha]) * (len(known) - 1)
     low, high = known[np.floor(at).astype(int)], known[np.ceil(at).astype(int)]
-    return point, float(low[0]), float(high[1])
+    far = min(np.mean(known <= 1), np.mean(known >= 1))
+    p = min(1.0, max(2 * float(far), 1 / BOOTSTRAP))
+    return point, float(low[0]), float(high[1]), p

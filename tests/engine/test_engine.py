@@ -9,12 +9,13 @@ import time
 
 import pytest
 
-from pytest_vllm_perf import workload
-from pytest_vllm_perf.session import measure
+from pytest_vllm_perf.config import workloads
+from pytest_vllm_perf.measure import measure
+from pytest_vllm_perf.verdict import thresholds
 from tests.real_engine import require_engine, vllm_processes
 
 pytestmark = pytest.mark.engine
-QUICK = workload.named("mixed").override(
+QUICK = workloads.named("mixed").override(
     {
         "duration_s": 6,
         "warmup_requests": 1,
@@ -35,9 +36,9 @@ def test_perf(vllm_perf):
 
 
 def test_workload_measures_real_tokens(real_server):
-    outcome = measure("t", real_server, QUICK, {"failed": 0})
-    result = outcome.result
-    assert outcome.passed, [c.describe() for c in outcome.checks]
+    result = measure(real_server, QUICK)
+    checks = thresholds.check(result.metrics, {"failed": 0})
+    assert all(c.passed for c in checks), result.failures[:3]
     assert result.metrics["chat.completed"] >= 2
     assert result.metrics["long.completed"] >= 1
     for record in result.records:
@@ -49,7 +50,9 @@ def test_workload_measures_real_tokens(real_server):
         assert 1 <= len(record.itl) <= record.output_tokens - 1
     assert result.metrics["ttft_p50_ms"] > 0
     assert result.metrics["preemptions"] == 0
-    assert result.samples, "KV usage and queue are sampled during the run"
+    assert result.passes[0].counters == {"preemptions": 0.0}  # read at the pass boundaries
+    assert result.gauges, "KV usage and queue are sampled during the run"
+    assert any(r.kv_cache_usage for r in result.gauges)
 
 
 def test_threshold_pass_and_fail_against_real_engine(real_server, perf_project):
@@ -113,6 +116,8 @@ def test_ctrl_c_leaves_no_vllm_process(perf_project):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # a background job of a shell starts with SIGINT ignored: give the child the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler),
     )
     try:
         assert proc.stdout is not None

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pytest_vllm_perf import compare
+from pytest_vllm_perf.core import registry
 
 PERF_TEST = """
 import pytest
@@ -29,7 +29,7 @@ def project(perf_project, fake_vllm):
     return perf_project
 
 
-PASSES = 4  # the fewest passes per side with which a 95% verdict is possible
+PASSES = 6  # the default: 6 vs 6 passes can be significant over 4 gated metrics (Holm)
 
 
 def run(project, fake, *args):
@@ -65,23 +65,26 @@ def test_save_then_unchanged_rerun_passes(project, fake_vllm):
     data = json.loads(path.read_text())
     assert data["test"] == "test_save_then_unchanged_rerun_passes.py::test_perf"
     assert data["profile"]["name"] == "p"
-    assert data["schema"] == 2
-    passes = data["samples"]["passes"]
-    assert len(passes) == PASSES
-    assert sum(len(p["records"]) for p in passes) == data["metrics"]["completed"]
-    assert data["duration_s"] == pytest.approx(sum(p["duration_s"] for p in passes), abs=1e-5)
-    assert data["environment"]["hardware_class"].startswith("cpu: ")
-    assert data["environment"]["parallelism"] == {
+    assert data["schema"] == 3
+    [boot] = data["boots"]
+    passes = boot["passes"]
+    assert [p["index"] for p in passes] == list(range(PASSES))
+    assert sum(p["metrics"]["completed"] for p in passes) == data["metrics"]["completed"]
+    assert all("records" not in p for p in passes)  # compact: per-pass metrics, no raw samples
+    assert path.stat().st_size < 200_000
+    assert data["distribution"]["all"]["itl_ms"][5] > 0  # the median of the quantile summary
+    assert boot["environment"]["hardware_class"].startswith("cpu: ")
+    assert boot["environment"]["parallelism"] == {
         "tensor_parallel_size": 1,
         "pipeline_parallel_size": 1,
         "data_parallel_size": 1,
     }
-    assert data["commit_info"] is not None and "workload_hash" in data
+    assert boot["commit_info"] is not None and "workload_hash" in data
     assert "hf_supersecretvalue1" not in path.read_text()
     assert data["profile"]["env"]["HF_TOKEN"] == "***"
     # This checks the mechanism, not the noise (bench/gate_power.py measures that): a
     # 1 s fake-server pass on a busy 2-core machine can move by 50%, a 4x slowdown cannot.
-    tolerances = [f"{m}=1.0" for m in compare.DEFAULT_TOLERANCES if m != "preemptions"]
+    tolerances = [f"{m}=1.0" for m in registry.default_tolerances("cpu")]
     project.makeini("[pytest]\nvllm_tolerances =\n    " + "\n    ".join(tolerances) + "\n")
     result = run(project, fake_vllm, "--vllm-require-baseline")
     result.assert_outcomes(passed=1)
@@ -101,7 +104,7 @@ def test_regression_fails_with_metric_and_profile_diff(project, fake_vllm):
     result.stdout.fnmatch_lines(
         [
             "*vLLM perf regression against*p.json*",
-            f"*>> itl_p50_ms:*over {PASSES} vs {PASSES} passes*regressed*",
+            f"*>> tpot_mean_ms:*over {PASSES} vs {PASSES} passes*regressed*",
             "*changed since the baseline:*",
             "*profile engine.max_num_seqs (unset) -> 1*",
         ]
@@ -148,7 +151,9 @@ def test_tolerance_keys_are_validated(project, fake_vllm):
     project.makeini("[pytest]\nvllm_tolerances =\n    itl_p98_ms=0.2\n")
     result = run(project, fake_vllm)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*unknown tolerance 'itl_p98_ms'*"])
+    result.stderr.fnmatch_lines(
+        ["ERROR: ini vllm_tolerances: unknown metric 'itl_p98_ms'; did you mean 'itl_p99_ms'?*"]
+    )
 
 
 def test_plots_and_side_by_side_table(project, fake_vllm, capsys):
@@ -193,17 +198,32 @@ def test_single_pass_schema_1_baseline_is_compared_with_a_warning(project, fake_
     """Baselines saved before passes existed (one pass, schema 1) still gate, and say how."""
     run(project, fake_vllm, "--vllm-save-baseline", "--vllm-repeat=1").assert_outcomes(passed=1)
     [path] = stored(project)
+    records = [
+        {
+            "cls": "chat", "start": 0.05 * i, "ttft": 0.01, "itl": [0.002] * 7, "e2el": 0.03,
+            "prompt_tokens": 64, "output_tokens": 8, "expected_output_tokens": 8, "error": None,
+        }
+        for i in range(200)
+    ]  # fmt: skip
     data = json.loads(path.read_text())
-    data["schema"] = 1
-    data["samples"] = {"records": data["samples"]["passes"][0]["records"]}
-    path.write_text(json.dumps(data))
+    schema_1 = {
+        "schema": 1,
+        "test": data["test"],
+        "profile": data["profile"],
+        "workload": data["workload"],
+        "workload_hash": data["workload_hash"],
+        "metrics": data["metrics"],
+        "duration_s": 10.0,
+        "samples": {"records": records},
+    }
+    path.write_text(json.dumps(schema_1))
     fake_vllm.delay_s *= 4
     result = run(project, fake_vllm)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*>> itl_p50_ms:*over time blocks*regressed*",
-            "*1 baseline vs 4 current pass(es): intervals come from time*",
+            "*>> tpot_mean_ms:*over time blocks*regressed*",
+            f"*1 baseline vs {PASSES} current pass(es): intervals come from time*",
         ]
     )
 
@@ -214,10 +234,24 @@ def passes_saved(project, fake, *args) -> int:
     )
     result.assert_outcomes(passed=1)
     [path] = stored(project)
-    return len(json.loads(path.read_text())["samples"]["passes"])
+    return [len(b["passes"]) for b in json.loads(path.read_text())["boots"]]
 
 
-def test_five_passes_by_default_and_the_ini_twin(project, fake_vllm):
-    assert passes_saved(project, fake_vllm, "--vllm-save-baseline") == 5
+def test_six_passes_by_default_and_the_ini_twin(project, fake_vllm):
+    assert passes_saved(project, fake_vllm, "--vllm-save-baseline") == [6]
     project.makeini("[pytest]\nvllm_repeat = 2\n")
-    assert passes_saved(project, fake_vllm, "--vllm-save-baseline") == 2
+    assert passes_saved(project, fake_vllm, "--vllm-save-baseline") == [2]
+
+
+def test_add_boot_keeps_earlier_boots_and_the_verdict_says_so(project, fake_vllm):
+    project.makeini("[pytest]\nvllm_repeat = 2\n")
+    assert passes_saved(project, fake_vllm, "--vllm-add-boot") == [2]  # none yet: boot 1
+    assert passes_saved(project, fake_vllm, "--vllm-add-boot") == [2, 2]
+    result = project.runpytest_inprocess(
+        f"--vllm-url={fake_vllm.url}", "--vllm-profile=p", "-p", "no:cacheprovider"
+    )
+    result.stdout.fnmatch_lines(["*over 4 vs 2 passes, 2 baseline boots, drift allowance x*"])
+    both = project.runpytest_inprocess(
+        f"--vllm-url={fake_vllm.url}", "--vllm-save-baseline", "--vllm-add-boot"
+    )
+    assert both.ret == pytest.ExitCode.USAGE_ERROR

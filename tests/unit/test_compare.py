@@ -69,7 +69,9 @@ def test_significant_but_within_tolerance_is_not_regressed():
 
 def test_classify():
     assert compare.classify(1.3, 1.2, 1.4, 0.01, 0.1, False) is Verdict.REGRESSED
-    assert compare.classify(1.3, 1.2, 1.4, 0.2, 0.1, False) is Verdict.INCONCLUSIVE  # not significant
+    assert (
+        compare.classify(1.3, 1.2, 1.4, 0.2, 0.1, False) is Verdict.INCONCLUSIVE
+    )  # not significant
     assert compare.classify(1.3, 0.9, 1.7, 0.3, 0.1, False) is Verdict.INCONCLUSIVE
     assert compare.classify(1.02, 0.98, 1.05, 0.5, 0.1, False) is Verdict.UNCHANGED
     # throughput: higher is better, so x0.7 is a regression
@@ -85,7 +87,9 @@ def test_holm_makes_a_test_of_many_metrics_as_strict_as_one():
     assert one["itl_p50_ms"].verdict is Verdict.REGRESSED
     assert two["itl_p50_ms"].p_holm == pytest.approx(4 / 70)
     assert two["itl_p50_ms"].verdict is Verdict.INCONCLUSIVE
-    reported = compare.compare(base, cur, ("itl_p50_ms", "tpot_mean_ms"), {}, gated=("tpot_mean_ms",))
+    reported = compare.compare(
+        base, cur, ("itl_p50_ms", "tpot_mean_ms"), {}, gated=("tpot_mean_ms",)
+    )
     by = {v.metric: v for v in reported}
     assert by["itl_p50_ms"].gated is False and by["itl_p50_ms"].p_holm == by["itl_p50_ms"].p_value
 
@@ -103,11 +107,18 @@ def test_boots_widen_the_interval_by_their_drift():
     assert b.verdict is not Verdict.REGRESSED
 
 
+def test_pairs_needed_grow_with_the_gated_metrics():
+    assert [compare.min_pairs(m) for m in (1, 3, 4, 6)] == [6, 7, 8, 8]
+
+
 def test_pairing_is_used_when_six_passes_share_their_schedule():
     base = [side([1.0, 1.6, 1.0, 1.6, 1.0, 1.6], 0)]
     cur = side([1.2, 1.92, 1.2, 1.92, 1.2, 1.92], 0)  # x1.2 on a schedule-driven level
-    paired = verdicts(base, cur, keys=("itl_p50_ms",), pair=True)["itl_p50_ms"]
-    unpaired = verdicts(base, cur, keys=("itl_p50_ms",), pair=False)["itl_p50_ms"]
+    one = ("itl_p50_ms",)
+    paired = verdicts(base, cur, keys=one, pair=True)["itl_p50_ms"]
+    unpaired = verdicts(base, cur, keys=one, pair=False)["itl_p50_ms"]
+    three = verdicts(base, cur, keys=(*one, "tpot_mean_ms", "e2el_p99_ms"), pair=True)
+    assert three["itl_p50_ms"].basis.startswith("6 vs 6")  # 7 pairs needed for 3 metrics
     assert paired.basis.startswith("6 pairs of passes, paired")
     assert unpaired.basis.startswith("6 vs 6 passes")
     assert paired.verdict is Verdict.REGRESSED

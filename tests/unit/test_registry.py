@@ -20,7 +20,7 @@ def test_every_metric_carries_its_unit_and_bench_serve_key():
 def test_threshold_keys():
     assert registry.threshold_target("chat.min_itl_p99_ms") == ("chat.itl_p99_ms", True)
     assert registry.threshold_target("preemptions") == ("preemptions", False)
-    with pytest.raises(ThresholdError, match="unknown threshold 'chat.preemptions'"):
+    with pytest.raises(ThresholdError, match=r"unknown threshold 'chat\.preemptions'"):
         registry.threshold_target("chat.preemptions")  # a server metric has no class
 
 
@@ -30,9 +30,10 @@ def test_tolerances_only_for_compared_metrics():
         registry.validate_tolerances({"itl_max_ms": 0.2})
     with pytest.raises(ThresholdError, match="unknown metric 'itl_p98_ms'"):
         registry.validate_tolerances({"itl_p98_ms": 0.2})
-    assert registry.default_tolerances("cpu")["itl_p50_ms"] > registry.default_tolerances("cuda")[
-        "itl_p50_ms"
-    ]
+    assert (
+        registry.default_tolerances("cpu")["itl_p50_ms"]
+        > registry.default_tolerances("cuda")["itl_p50_ms"]
+    )
 
 
 def test_reports_read_the_registry():

@@ -25,13 +25,15 @@ def test_parse_keeps_only_wanted_names():
         "vllm:kv_cache_usage_perc": 0.5,
         "vllm:num_requests_waiting": 4.0,
     }
-    assert metrics.parse(TEXT, ("vllm:num_requests_waiting",)) == {
-        "vllm:num_requests_waiting": 4.0
-    }
+    assert metrics.parse(TEXT, ("vllm:num_requests_waiting",)) == {"vllm:num_requests_waiting": 4.0}
 
 
 def test_gauge_peaks():
-    readings = [GaugeReading(0.5, 0.2, 1.0), GaugeReading(1.0, 0.9, 0.0), GaugeReading(1.5, None, None)]
+    readings = [
+        GaugeReading(0.5, 0.2, 1.0),
+        GaugeReading(1.0, 0.9, 0.0),
+        GaugeReading(1.5, None, None),
+    ]
     assert metrics.gauge_peaks(readings) == {
         "kv_cache_usage_peak": 0.9,
         "num_requests_waiting_peak": 1.0,

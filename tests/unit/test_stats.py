@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from pytest_vllm_perf.verdict import stats
 from pytest_vllm_perf.core.records import RequestRecord
+from pytest_vllm_perf.verdict import stats
 
 
 def record(ttft=0.1, itl=(0.01, 0.03), e2el=0.2, tokens=3, expected=3, error=None, cls="chat"):

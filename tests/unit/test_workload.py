@@ -55,7 +55,7 @@ def test_gate_names_a_compared_metric_of_a_class_it_has():
     chat = RequestClass("chat", 8, 8, users=1)
     with pytest.raises(WorkloadError, match="gate: unknown metric 'itl_p98_ms'"):
         Workload("w", (chat,), gate=("itl_p98_ms",))
-    with pytest.raises(WorkloadError, match="'long.ttft_p50_ms' is not a compared metric"):
+    with pytest.raises(WorkloadError, match=r"'long\.ttft_p50_ms' is not a compared metric"):
         Workload("w", (chat,), gate=("long.ttft_p50_ms",))
     assert Workload("w", (chat,), gate=["chat.itl_p99_ms"]).gate == ("chat.itl_p99_ms",)
 

@@ -1,0 +1,40 @@
+"""The tree's one-way data flow, as the README's commands meet it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def imported_by(statement: str) -> list[str]:
+    code = (
+        f"import sys; {statement}; "
+        "print('\\n'.join(sorted(m for m in sys.modules if m.startswith('pytest_vllm_perf'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_cli_imports_nothing_that_serves_or_loads():
+    """`python -m pytest_vllm_perf.cli table` reads JSON: no server, load or pytest module."""
+    modules = imported_by("import pytest_vllm_perf.cli")
+    assert "pytest_vllm_perf.cli" in modules
+    assert "pytest_vllm_perf.verdict.baseline" in modules
+    for layer in ("serving", "load", "measure", "fixture", "plugin", "options"):
+        assert not [m for m in modules if m.startswith(f"pytest_vllm_perf.{layer}")], layer
+
+
+def test_public_surface_is_light_until_the_fixture_is_asked_for():
+    modules = imported_by("import pytest_vllm_perf")
+    assert not [m for m in modules if m.startswith("pytest_vllm_perf.serving")]
+    import pytest_vllm_perf
+
+    assert pytest_vllm_perf.PerfFixture.__name__ == "PerfFixture"
+    assert set(pytest_vllm_perf.__all__) <= set(dir(pytest_vllm_perf)) | {"PerfFixture"}
+
+
+def test_import_linter_contracts_hold():
+    """The same check as `make lint`, so that a plain `pytest tests` sees a broken layer too."""
+    from importlinter.cli import lint_imports
+
+    assert lint_imports() == 0
