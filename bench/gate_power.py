@@ -23,7 +23,6 @@ trials. Writes bench/results/gate_power-WORKLOAD.{json,md}. Usage (set-up env):
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import itertools
 import json
@@ -40,34 +39,41 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_vllm_perf import compare, runner, workload  # noqa: E402
-from pytest_vllm_perf.pool import PoolConfig, ServerPool  # noqa: E402
-from pytest_vllm_perf.profiles import load  # noqa: E402
-from pytest_vllm_perf.records import Repetition, RequestRecord  # noqa: E402
-from pytest_vllm_perf.workload import Workload  # noqa: E402
+from pytest_vllm_perf.config import workloads  # noqa: E402
+from pytest_vllm_perf.config.profiles import load  # noqa: E402
+from pytest_vllm_perf.core.records import PassRecord, RequestRecord, Verdict  # noqa: E402
+from pytest_vllm_perf.core.registry import COMPARED, default_tolerances  # noqa: E402
+from pytest_vllm_perf.core.workload import Workload  # noqa: E402
+from pytest_vllm_perf.measure import measure  # noqa: E402
+from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool  # noqa: E402
+from pytest_vllm_perf.verdict import compare, stats  # noqa: E402
 
+Repetition = PassRecord
 WORKLOADS = {
     # Steady streaming decode: ITL p99 is the tail of ordinary decode steps.
-    "decode": workload.named("decode"),
+    "decode": workloads.named("decode"),
     # The example suite's interference load on the CPU: a few long prefills per pass,
     # so ITL p99 is decided by how many of them land in a pass.
-    "interference": workload.named("interference").override(
+    "interference": workloads.named("interference").override(
         {"chat": {"users": 4, "output_tokens": 128}, "long": {"rate": 0.2}}
     ),
 }
 
 
+ARGS = argparse.Namespace(workload="decode")
+
+
 def one_boot(spec: Workload, args: argparse.Namespace, boot: int) -> list[Repetition]:
     """Boot the server once and run ``--pool`` passes of the workload."""
-    pool = ServerPool(PoolConfig(ROOT / "profiles", ROOT / ".vllm-perf-cache"), print)
+    pool = ServerPool(PoolConfig(ROOT / ".vllm-perf-cache"), print)
     try:
         handle = pool.get(load("default", ROOT / "profiles"))
-        result = asyncio.run(runner.run(spec, handle.base_url, handle.model, repeat=args.pool))
+        result = measure(handle, spec, repeat=args.pool)
     finally:
         pool.stop()
-    itl = [round(pct99_itl([rep]), 1) for rep in result.repetitions]
+    itl = [round(pct99_itl([rep]), 1) for rep in result.passes]
     print(f"boot {boot + 1}/{args.boots}: ITL p99 ms per pass {itl}", flush=True)
-    return list(result.repetitions)
+    return list(result.passes)
 
 
 def stretched(rep: Repetition, factor: float) -> Repetition:
@@ -83,7 +89,17 @@ def stretched(rep: Repetition, factor: float) -> Repetition:
 
 
 def pct99_itl(reps: Sequence[Repetition]) -> float:
-    return compare.STATISTICS["itl_p99_ms"](compare.pooled(reps).samples, 0.0)
+    records = [r for rep in reps for r in rep.records]
+    return stats.summarize(records, 1.0)["itl_p99_ms"]
+
+
+def passes_of(spec: Workload, reps: Sequence[Repetition]) -> compare.Passes:
+    return compare.Passes(
+        metrics=tuple(stats.pass_metrics(spec, p) for p in reps),
+        indices=tuple(p.index for p in reps),
+        durations=tuple(p.duration_s for p in reps),
+        records=tuple(reps),
+    )
 
 
 def draws(
@@ -94,16 +110,23 @@ def draws(
     for _ in range(n):
         b = [base[j] for j in rng.choice(len(base), k, replace=False)]
         c = [cur[j] for j in rng.choice(len(cur), k, replace=False)]
-        verdicts = compare.compare_runs(b, c, compare.default_tolerances("cpu"))
+        spec = WORKLOADS[ARGS.workload]
+        verdicts = compare.compare(
+            [passes_of(spec, b)],
+            passes_of(spec, c),
+            COMPARED,
+            default_tolerances("cpu"),
+            gated=spec.gate or COMPARED,
+        )
         out.append({v.metric: v.verdict for v in verdicts})
     return out
 
 
 def rate(verdicts: list[dict[str, str]], metric: str | None) -> float:
     hits = [
-        any(v == compare.REGRESSED for v in r.values())
+        any(v is Verdict.REGRESSED for v in r.values())
         if metric is None
-        else r[metric] == compare.REGRESSED
+        else r[metric] is Verdict.REGRESSED
         for r in verdicts
     ]
     return sum(hits) / len(hits)
@@ -144,6 +167,7 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=20, help="comparisons per boot pair")
     parser.add_argument("--reanalyse", action="store_true", help="reuse the last raw passes")
     args = parser.parse_args()
+    ARGS.workload = args.workload
     # SIGTERM skips atexit; exit cleanly so the server's process group is stopped.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     started = time.time()
@@ -162,7 +186,7 @@ def main() -> None:
         "pass_s": args.duration,
         "factors": factors(args),
         "by_passes_per_side": [power(boots, int(k), args) for k in args.passes.split(",")],
-        "tolerances": compare.default_tolerances("cpu"),
+        "tolerances": default_tolerances("cpu"),
         "seconds": round(time.time() - started),  # collection and analysis, or analysis only
     }
     write(summary, boots, args.workload)

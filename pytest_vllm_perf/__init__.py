@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from pytest_vllm_perf.fixture import PerfFixture
 
 
-
 def __getattr__(name: str) -> Any:
     """``PerfFixture`` is imported on first use: it pulls in the serving layer, which
     ``python -m pytest_vllm_perf.cli`` (files only) must not import."""

@@ -17,7 +17,10 @@ def write_text(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` (newline-terminated) in one rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would make a committed baseline private
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text if text.endswith("\n") else text + "\n")
             handle.flush()

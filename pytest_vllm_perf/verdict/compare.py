@@ -51,6 +51,8 @@ def min_pairs(gated: int) -> int:
     while 2 / 2**n >= ALPHA / max(1, gated):
         n += 1
     return n
+
+
 ALPHA: Final = 1 - intervals.CONFIDENCE
 
 
