@@ -48,7 +48,6 @@ from pytest_vllm_perf.measure import measure  # noqa: E402
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool  # noqa: E402
 from pytest_vllm_perf.verdict import compare, stats  # noqa: E402
 
-Repetition = PassRecord
 WORKLOADS = {
     # Steady streaming decode: ITL p99 is the tail of ordinary decode steps.
     "decode": workloads.named("decode"),
@@ -60,10 +59,7 @@ WORKLOADS = {
 }
 
 
-ARGS = argparse.Namespace(workload="decode")
-
-
-def one_boot(spec: Workload, args: argparse.Namespace, boot: int) -> list[Repetition]:
+def one_boot(spec: Workload, args: argparse.Namespace, boot: int) -> list[PassRecord]:
     """Boot the server once and run ``--pool`` passes of the workload."""
     pool = ServerPool(PoolConfig(ROOT / ".vllm-perf-cache"), print)
     try:
@@ -76,7 +72,7 @@ def one_boot(spec: Workload, args: argparse.Namespace, boot: int) -> list[Repeti
     return list(result.passes)
 
 
-def stretched(rep: Repetition, factor: float) -> Repetition:
+def stretched(rep: PassRecord, factor: float) -> PassRecord:
     """The pass as it would have been with every inter-token gap ``factor`` times longer."""
 
     def one(r: RequestRecord) -> RequestRecord:
@@ -88,12 +84,12 @@ def stretched(rep: Repetition, factor: float) -> Repetition:
     return dataclasses.replace(rep, records=tuple(one(r) for r in rep.records))
 
 
-def pct99_itl(reps: Sequence[Repetition]) -> float:
+def pct99_itl(reps: Sequence[PassRecord]) -> float:
     records = [r for rep in reps for r in rep.records]
     return stats.summarize(records, 1.0)["itl_p99_ms"]
 
 
-def passes_of(spec: Workload, reps: Sequence[Repetition]) -> compare.Passes:
+def passes_of(spec: Workload, reps: Sequence[PassRecord]) -> compare.Passes:
     return compare.Passes(
         metrics=tuple(stats.pass_metrics(spec, p) for p in reps),
         indices=tuple(p.index for p in reps),
@@ -103,14 +99,18 @@ def passes_of(spec: Workload, reps: Sequence[Repetition]) -> compare.Passes:
 
 
 def draws(
-    base: list[Repetition], cur: list[Repetition], n: int, k: int, rng: np.random.Generator
+    spec: Workload,
+    base: list[PassRecord],
+    cur: list[PassRecord],
+    n: int,
+    k: int,
+    rng: np.random.Generator,
 ) -> list[dict[str, str]]:
     """``n`` comparisons of ``k`` passes drawn from each side's pool, metric -> verdict."""
     out = []
     for _ in range(n):
         b = [base[j] for j in rng.choice(len(base), k, replace=False)]
         c = [cur[j] for j in rng.choice(len(cur), k, replace=False)]
-        spec = WORKLOADS[ARGS.workload]
         verdicts = compare.compare(
             [passes_of(spec, b)],
             passes_of(spec, c),
@@ -132,15 +132,16 @@ def rate(verdicts: list[dict[str, str]], metric: str | None) -> float:
     return sum(hits) / len(hits)
 
 
-def power(boots: list[list[Repetition]], size: int, args: argparse.Namespace) -> dict[str, Any]:
+def power(boots: list[list[PassRecord]], size: int, args: argparse.Namespace) -> dict[str, Any]:
     """False-alarm and detection rates for verdicts over ``size`` passes per side."""
     rng = np.random.default_rng(size)
+    spec = WORKLOADS[args.workload]
     pairs = list(itertools.permutations(range(len(boots)), 2))
-    aa = [v for i, j in pairs for v in draws(boots[i], boots[j], args.draws, size, rng)]
+    aa = [v for i, j in pairs for v in draws(spec, boots[i], boots[j], args.draws, size, rng)]
     detection = {}
     for factor in factors(args):
         slow = [[stretched(rep, factor) for rep in boot] for boot in boots]
-        ab = [v for i, j in pairs for v in draws(boots[i], slow[j], args.draws, size, rng)]
+        ab = [v for i, j in pairs for v in draws(spec, boots[i], slow[j], args.draws, size, rng)]
         detection[f"x{factor:g}"] = rate(ab, "itl_p99_ms")
     return {
         "passes_per_side": size,
@@ -167,7 +168,6 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=20, help="comparisons per boot pair")
     parser.add_argument("--reanalyse", action="store_true", help="reuse the last raw passes")
     args = parser.parse_args()
-    ARGS.workload = args.workload
     # SIGTERM skips atexit; exit cleanly so the server's process group is stopped.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     started = time.time()
@@ -193,7 +193,7 @@ def main() -> None:
     print(json.dumps(summary, indent=1))
 
 
-def write(summary: dict[str, object], boots: list[list[Repetition]], name: str) -> None:
+def write(summary: dict[str, object], boots: list[list[PassRecord]], name: str) -> None:
     out = ROOT / "bench" / "results"
     per_pass = [[round(pct99_itl([rep]), 3) for rep in boot] for boot in boots]
     body = {"summary": summary, "itl_p99_ms_per_pass": per_pass}

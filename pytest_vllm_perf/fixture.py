@@ -16,9 +16,9 @@ import pytest
 
 from pytest_vllm_perf import measure
 from pytest_vllm_perf.config import workloads
-from pytest_vllm_perf.core.errors import VllmPerfError, WorkloadError
+from pytest_vllm_perf.core.errors import VllmPerfError
 from pytest_vllm_perf.core.records import GateStatus, Outcome, Progress
-from pytest_vllm_perf.core.workload import Workload
+from pytest_vllm_perf.core.workload import Workload, pass_count
 from pytest_vllm_perf.options import Settings
 from pytest_vllm_perf.report import text
 from pytest_vllm_perf.serving.pool import ServerHandle
@@ -118,7 +118,7 @@ class PerfFixture:
         plan = measure.Plan.resolve(
             test_id,
             self._workload(spec, overrides),
-            _passes(explicit) if explicit is not None else self._settings.repeat,
+            pass_count(explicit, "repeat") if explicit is not None else self._settings.repeat,
             self.server.platform,
             thresholds_layers=(
                 self.server.provenance.profile_settings.get("thresholds"),
@@ -136,16 +136,6 @@ class PerfFixture:
         return measure.run_test(
             plan, self.server, self._settings.baseline_dir, self._settings.save_mode, self._progress
         )
-
-
-def _passes(value: object) -> int:
-    try:
-        count = int(str(value))
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise WorkloadError(f"repeat: expected a whole number of passes >= 1, got {value!r}")
-    return count
 
 
 def _reported(action: Callable[[], T]) -> T:

@@ -17,13 +17,14 @@ import pytest
 
 from pytest_vllm_perf.config.profiles import Profile
 from pytest_vllm_perf.config.profiles import load as read_profile
-from pytest_vllm_perf.core.errors import ProfileError, ThresholdError
+from pytest_vllm_perf.core.errors import ProfileError, ThresholdError, WorkloadError
 from pytest_vllm_perf.core.records import Platform
 from pytest_vllm_perf.core.registry import validate_tolerances
+from pytest_vllm_perf.core.workload import pass_count
 from pytest_vllm_perf.serving.models import PRESETS
 from pytest_vllm_perf.verdict.gate import SaveMode
 
-__all__ = ["FLAGS", "OPTIONS", "Option", "Settings", "positive_int", "repeat_count"]
+__all__ = ["FLAGS", "OPTIONS", "Option", "Settings", "repeat_count"]
 
 Converter = Callable[[str, str], Any]
 
@@ -42,24 +43,13 @@ def positive_float(value: str, source: str) -> float:
     return number
 
 
-def positive_int(value: object, source: str) -> int:
+def repeat_count(value: str, source: str) -> int:
+    """A pass count from the command line or ini."""
     try:
-        number = int(str(value))
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise pytest.UsageError(f"{source}: expected a whole number >= 1, got {value!r}")
-    return number
-
-
-def repeat_count(value: object, source: str) -> int:
-    """A pass count from the command line, ini or a marker."""
-    try:
-        return positive_int(value, source)
-    except pytest.UsageError:
-        raise pytest.UsageError(
-            f"{source}: expected a whole number of passes >= 1, got {value!r}"
-        ) from None
+        return pass_count(value, source)
+    except WorkloadError as exc:
+        message = str(exc)
+    raise pytest.UsageError(message)
 
 
 def choice(*allowed: str) -> Converter:

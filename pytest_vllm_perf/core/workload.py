@@ -16,7 +16,7 @@ from typing import Any
 from pytest_vllm_perf.core.errors import ThresholdError, WorkloadError
 from pytest_vllm_perf.core.registry import metric
 
-__all__ = ["RequestClass", "Workload", "WorkloadError", "from_dict"]
+__all__ = ["RequestClass", "Workload", "WorkloadError", "from_dict", "pass_count"]
 
 
 @dataclass(frozen=True)
@@ -131,3 +131,14 @@ def from_dict(data: Mapping[str, Any], source: str = "workload") -> Workload:
         raise WorkloadError(f"{source}: {exc}") from exc
     except WorkloadError as exc:
         raise WorkloadError(f"{source}: {exc}") from None
+
+
+def pass_count(value: object, source: str) -> int:
+    """A number of passes (``repeat``) from a command line, ini file or marker."""
+    try:
+        count = int(str(value))
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise WorkloadError(f"{source}: expected a whole number of passes >= 1, got {value!r}")
+    return count

@@ -144,12 +144,13 @@ def verdict(outcome: Outcome) -> str:
     return outcome.gate.summary() if outcome.gate else "-"
 
 
-def _rows(outcomes: Sequence[Outcome], test_cell: str = "{}") -> list[list[str]]:
+def _rows(outcomes: Sequence[Outcome], markdown: bool = False) -> list[list[str]]:
     rows = []
     for o in outcomes:
         cells = [_cell(o.result.metrics, key) for key in COLUMNS]
-        slo = "pass" if o.passed else ("FAIL" if test_cell == "{}" else "**FAIL**")
-        rows.append([test_cell.format(o.test_id), o.profile, *cells, slo, verdict(o)])
+        slo = "pass" if o.passed else ("**FAIL**" if markdown else "FAIL")
+        test = f"`{o.test_id}`" if markdown else o.test_id
+        rows.append([test, o.profile, *cells, slo, verdict(o)])
     return rows
 
 
@@ -331,7 +332,7 @@ def markdown(
 ) -> str:
     headers = _headers()
     lines = ["## vLLM perf", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(row) + " |" for row in _rows(outcomes, "`{}`")]
+    lines += ["| " + " | ".join(row) + " |" for row in _rows(outcomes, markdown=True)]
     notes = gate_notes(outcomes) + comparison_lines(outcomes)
     if notes:
         lines += ["", "```", *notes, "```"]

@@ -122,12 +122,12 @@ def _usable(logs: np.ndarray) -> bool:
 
 def _one(key: str, base: Sequence[Passes], cur: Passes, pairs: int, seed: int) -> _Result:
     """One metric's comparison; ``pairs`` is the fewest pairs to pair passes by (0: never)."""
-    base_values = np.concatenate([b.values(key) for b in base])
+    raw = [b.values(key) for b in base]
     cur_values = cur.values(key)
-    b_med, c_med = float(np.median(base_values)), float(np.median(cur_values))
-    logs = [_transform(key, b.values(key), b.durations) for b in base]
+    b_med, c_med = float(np.median(np.concatenate(raw))), float(np.median(cur_values))
+    logs = [_transform(key, values, b.durations) for values, b in zip(raw, base, strict=True)]
     base_logs = np.concatenate(logs)
-    cur_logs = _transform(key, cur.values(key), cur.durations)
+    cur_logs = _transform(key, cur_values, cur.durations)
     if not (_usable(base_logs) and _usable(cur_logs)):
         return _Result(b_med, c_med, math.nan, math.nan, math.nan, math.nan, "no finite values")
     if min(len(base_logs), len(cur_logs)) < 2:
@@ -181,7 +181,7 @@ def _bootstrap(
 
     def statistic(records: Sequence[object], seconds: float) -> float:
         chosen = [r for r in records if cls is None or getattr(r, "cls", None) == cls]
-        return stats.summarize(chosen, seconds).get(name, math.nan)  # type: ignore[arg-type]
+        return stats.value(name, chosen, seconds)  # type: ignore[arg-type]
 
     ratio, low, high, p = intervals.block_bootstrap(
         _blocks(base_records), _blocks(cur.records), statistic, seed

@@ -17,7 +17,7 @@ from pytest_vllm_perf.core.records import PassRecord, RequestRecord
 from pytest_vllm_perf.core.registry import LATENCIES, METRICS, PERCENTILES
 from pytest_vllm_perf.core.workload import Workload
 
-__all__ = ["measure_metrics", "pass_metrics", "percentile", "samples", "summarize"]
+__all__ = ["measure_metrics", "pass_metrics", "percentile", "samples", "summarize", "value"]
 
 Samples = dict[str, np.ndarray]
 
@@ -81,8 +81,25 @@ def summarize(records: Sequence[RequestRecord], duration_s: float) -> dict[str, 
     rate_ok = duration_s > 0
     out["output_throughput"] = float(np.sum(arrays["tokens"])) / duration_s if rate_ok else math.nan
     out["request_throughput"] = completed / duration_s if rate_ok else math.nan
-    assert set(out) == {k for k, m in METRICS.items() if m.source == "request"}
     return out
+
+
+def value(name: str, records: Sequence[RequestRecord], duration_s: float) -> float:
+    """One request metric of the registry, computing only what it needs.
+
+    The single-pass bootstrap asks for one metric a thousand times per side; the
+    whole :func:`summarize` each time would compute every other metric with it.
+    """
+    found = METRICS[name]
+    if found.field in LATENCIES:
+        seconds = samples(records)[found.field]
+        if found.statistic in PERCENTILES:
+            return percentile(seconds, PERCENTILES[found.statistic]) * 1000
+        if not len(seconds):
+            return math.nan
+        reduce = np.mean if found.statistic == "mean" else np.max
+        return float(reduce(seconds)) * 1000
+    return summarize(records, duration_s)[name]
 
 
 def _by_class(

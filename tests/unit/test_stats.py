@@ -60,3 +60,16 @@ def test_summary_values():
     assert s["itl_max_ms"] == pytest.approx(40)
     assert s["output_throughput"] == pytest.approx(4)
     assert s["request_throughput"] == pytest.approx(2)
+
+
+def test_summarize_covers_the_registry_and_value_agrees_with_it():
+    from pytest_vllm_perf.core.registry import METRICS
+
+    records = [
+        record(ttft=0.1 * i, itl=(0.01 * i, 0.02), e2el=0.2 * i, tokens=3, expected=3)
+        for i in range(1, 9)
+    ] + [record(ttft=None, itl=(), e2el=1.0, tokens=0, error="HTTP 500")]
+    summary = stats.summarize(records, duration_s=2)
+    assert set(summary) == {k for k, m in METRICS.items() if m.source == "request"}
+    for name, expected in summary.items():
+        assert stats.value(name, records, 2) == pytest.approx(expected, nan_ok=True), name
