@@ -1,36 +1,44 @@
-"""How trustworthy is the regression gate? False alarms (A/A) and detection (A/B), CPU engine.
+"""How trustworthy is the regression gate? False alarms (A/A) and detection (A/B), across boots.
 
-A real gate compares a baseline saved in one session with a run in a later one,
-on a freshly booted server, pass against pass (see compare.py). So does this
-benchmark: it boots the server ``--boots`` times and runs ``--pool`` passes of
-the workload in each boot.
+A gate compares a baseline saved in earlier sessions with a run on a freshly
+booted server. So does this benchmark: it needs the per-pass metrics of several
+boots of one profile, and compares, exactly as the gate does (``verdict.compare``
+with the workload's gated metrics, Holm's correction and the platform's default
+tolerances):
 
-- A/A: passes of one boot as the baseline, passes of another as the current run.
-- A/B: the same, with every inter-token gap of the current passes stretched by
-  each ``--factor`` (1.2 = a 20% ITL regression, exactly, on top of this machine's
-  real noise). An earlier version made the regression with a streaming relay; on two
-  cores the relay itself, even in its own process, inflated p99 ITL five- to
-  twentyfold at factor 1.0, so it could not make a known 20%.
+- A/A: a baseline of ``--baseline-boots`` boots against a different boot as the
+  current run. Any gated metric called ``regressed`` is a false alarm of that
+  test; a suite false alarm is any test of the suite raising one on the same
+  boots.
+- A/B: the same, with one gated metric of the current passes made worse by a
+  known factor (x1.1 on TPOT and output throughput, x1.2 on each workload's
+  primary latency metric): every per-pass value multiplied (or, for throughput,
+  divided) by it, on top of the machine's real noise. Detection is that metric
+  called ``regressed``.
 
-From every ordered pair of boots, ``--draws`` random choices of passes are compared
-with the CPU engine's default tolerances. They
-share passes, so the rates are estimates from ``--boots`` boots, not independent
-trials. Writes bench/results/gate_power-WORKLOAD.{json,md}. Usage (set-up env):
+Each comparison draws the same ``--passes`` pass indices from every boot (pass k
+replays the same seeded schedule in every run, so the gate may pair them).
 
-    .venv/bin/python bench/gate_power.py --workload decode --boots 5 --pool 12
+Per-pass metrics come from live boots on this machine (``collect``) or from the
+``--vllm-json`` reports of suite runs, one report per boot (``reports``); both
+write ``bench/results/gate_power-LABEL-passes.json``, which ``analyse`` reads::
+
+    .venv/bin/python bench/gate_power.py collect --workload decode --boots 5 --pool 12
+    .venv/bin/python bench/gate_power.py reports h200 bench/results/h200/boots/*.json
+    .venv/bin/python bench/gate_power.py analyse cpu-decode h200
+
+Results go to ``bench/results/gate_power-LABEL.{json,md}``.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import json
-import pickle
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,180 +49,225 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_vllm_perf.config import workloads  # noqa: E402
 from pytest_vllm_perf.config.profiles import load  # noqa: E402
-from pytest_vllm_perf.core.records import PassRecord, RequestRecord, Verdict  # noqa: E402
-from pytest_vllm_perf.core.registry import COMPARED, default_tolerances  # noqa: E402
-from pytest_vllm_perf.core.workload import Workload  # noqa: E402
+from pytest_vllm_perf.core.records import Verdict  # noqa: E402
+from pytest_vllm_perf.core.registry import COMPARED, METRICS, default_tolerances  # noqa: E402
 from pytest_vllm_perf.measure import measure  # noqa: E402
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool  # noqa: E402
-from pytest_vllm_perf.verdict import compare, stats  # noqa: E402
+from pytest_vllm_perf.verdict import compare  # noqa: E402
 
-WORKLOADS = {
-    # Steady streaming decode: ITL p99 is the tail of ordinary decode steps.
-    "decode": workloads.named("decode"),
-    # The example suite's interference load on the CPU: a few long prefills per pass,
-    # so ITL p99 is decided by how many of them land in a pass.
-    "interference": workloads.named("interference").override(
-        {"chat": {"users": 4, "output_tokens": 128}, "long": {"rate": 0.2}}
+RESULTS = ROOT / "bench" / "results"
+# The changes each test must catch: x1.1 on steady decode figures, x1.2 on tails.
+INJECTIONS: Mapping[str, tuple[tuple[str, float], ...]] = {
+    "decode": (("tpot_mean_ms", 1.1), ("output_throughput", 1.1), ("itl_p99_ms", 1.2)),
+    "interference": (
+        ("chat.itl_p99_ms", 1.2), ("chat.tpot_mean_ms", 1.1), ("long.ttft_p50_ms", 1.2),
     ),
+    "tokenizer_pressure": (("ttft_p50_ms", 1.2), ("ttft_p99_ms", 1.2), ("request_throughput", 1.1)),
+    "kv_pressure": (("ttft_p99_ms", 1.2), ("output_throughput", 1.1)),
+    "mixed": (("ttft_p99_ms", 1.2), ("tpot_mean_ms", 1.1), ("output_throughput", 1.1)),
+}  # fmt: skip
+CPU_LOADS: Mapping[str, Mapping[str, Any]] = {
+    "decode": {"duration_s": 8},
+    "interference": {"duration_s": 8, "chat": {"users": 4}, "long": {"rate": 0.2}},
 }
 
-
-def one_boot(spec: Workload, args: argparse.Namespace, boot: int) -> list[PassRecord]:
-    """Boot the server once and run ``--pool`` passes of the workload."""
-    pool = ServerPool(PoolConfig(ROOT / ".vllm-perf-cache"), print)
-    try:
-        handle = pool.get(load("default", ROOT / "profiles"))
-        result = measure(handle, spec, repeat=args.pool)
-    finally:
-        pool.stop()
-    itl = [round(pct99_itl([rep]), 1) for rep in result.passes]
-    print(f"boot {boot + 1}/{args.boots}: ITL p99 ms per pass {itl}", flush=True)
-    return list(result.passes)
+Boot = list[dict[str, Any]]  # passes: {"index", "duration_s", "metrics"}
 
 
-def stretched(rep: PassRecord, factor: float) -> PassRecord:
-    """The pass as it would have been with every inter-token gap ``factor`` times longer."""
+def collect(args: argparse.Namespace) -> None:
+    """Boot the default profile ``--boots`` times and record ``--pool`` passes in each."""
+    spec = workloads.named(args.workload).override(CPU_LOADS.get(args.workload, {}))
+    boots: list[Boot] = []
+    for b in range(args.boots):
+        pool = ServerPool(PoolConfig(ROOT / ".vllm-perf-cache"), print)
+        try:
+            result = measure(pool.get(load("default", ROOT / "profiles")), spec, args.pool)
+        finally:
+            pool.stop()
+        boots.append(
+            [
+                {"index": p.index, "duration_s": p.duration_s, "metrics": dict(m)}
+                for p, m in zip(result.passes, result.pass_metrics, strict=True)
+            ]
+        )
+        print(f"boot {b + 1}/{args.boots} done", flush=True)
+    label = f"{args.platform}-{args.workload}"
+    _write_passes(label, args.platform, {args.workload: boots})
 
-    def one(r: RequestRecord) -> RequestRecord:
-        if r.ttft is None:
-            return r
-        e2el = r.ttft + (r.e2el - r.ttft) * factor
-        return dataclasses.replace(r, itl=tuple(x * factor for x in r.itl), e2el=e2el)
 
-    return dataclasses.replace(rep, records=tuple(one(r) for r in rep.records))
+def reports(args: argparse.Namespace) -> None:
+    """Per-pass metrics from ``--vllm-json`` reports, one report per boot."""
+    by_key = {m.bench_serve_key: k for k, m in METRICS.items() if m.bench_serve_key}
+    tests: dict[str, list[Boot]] = {}
+    for path in args.files:
+        for result in json.loads(Path(path).read_text())["results"]:
+            name = result["workload"]["name"]
+            passes = []
+            for p in result["passes"]:
+                metrics = {}
+                for key, value in p["metrics"].items():
+                    cls, _, bench = key.rpartition(".")
+                    ours = by_key.get(bench, bench)
+                    metrics[f"{cls}.{ours}" if cls else ours] = _number(value)
+                passes.append(
+                    {"index": p["index"], "duration_s": p["duration_s"], "metrics": metrics}
+                )
+            tests.setdefault(name, []).append(passes)
+    _write_passes(args.label, args.platform, tests)
 
 
-def pct99_itl(reps: Sequence[PassRecord]) -> float:
-    records = [r for rep in reps for r in rep.records]
-    return stats.summarize(records, 1.0)["itl_p99_ms"]
+def _number(value: Any) -> float:
+    return float("nan") if value is None else float(value)
 
 
-def passes_of(spec: Workload, reps: Sequence[PassRecord]) -> compare.Passes:
+def _write_passes(label: str, platform: str, tests: Mapping[str, list[Boot]]) -> None:
+    path = RESULTS / f"gate_power-{label}-passes.json"
+    path.write_text(json.dumps({"platform": platform, "tests": tests}, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
+def _passes(boot: Boot, indices: Sequence[int], scale: Mapping[str, float]) -> compare.Passes:
+    chosen = [p for p in boot if p["index"] in set(indices)]
+    metrics = []
+    for p in chosen:
+        m = dict(p["metrics"])
+        for key, factor in scale.items():
+            m[key] = (
+                m[key] / factor
+                if METRICS[key.rpartition(".")[2]].higher_is_better
+                else m[key] * factor
+            )
+        metrics.append(m)
     return compare.Passes(
-        metrics=tuple(stats.pass_metrics(spec, p) for p in reps),
-        indices=tuple(p.index for p in reps),
-        durations=tuple(p.duration_s for p in reps),
-        records=tuple(reps),
+        tuple(metrics), tuple(p["index"] for p in chosen), tuple(p["duration_s"] for p in chosen)
     )
 
 
-def draws(
-    spec: Workload,
-    base: list[PassRecord],
-    cur: list[PassRecord],
-    n: int,
-    k: int,
-    rng: np.random.Generator,
-) -> list[dict[str, str]]:
-    """``n`` comparisons of ``k`` passes drawn from each side's pool, metric -> verdict."""
-    out = []
-    for _ in range(n):
-        b = [base[j] for j in rng.choice(len(base), k, replace=False)]
-        c = [cur[j] for j in rng.choice(len(cur), k, replace=False)]
-        verdicts = compare.compare(
-            [passes_of(spec, b)],
-            passes_of(spec, c),
-            COMPARED,
-            default_tolerances("cpu"),
-            gated=spec.gate or COMPARED,
-        )
-        out.append({v.metric: v.verdict for v in verdicts})
+def _verdicts(
+    name: str, base: Sequence[Boot], cur: Boot, indices: Sequence[int], platform: str,
+    scale: Mapping[str, float],
+) -> dict[str, Verdict]:  # fmt: skip
+    gate = workloads.named(name).gate
+    found = compare.compare(
+        [_passes(b, indices, {}) for b in base],
+        _passes(cur, indices, scale),
+        tuple(dict.fromkeys((*gate, *COMPARED))),
+        default_tolerances(platform),
+        gated=gate,
+        pair=True,
+    )
+    return {v.metric: v.verdict for v in found if v.gated}
+
+
+def analyse_one(data: Mapping[str, Any], baseline_boots: int, k: int, draws: int) -> dict[str, Any]:
+    """A/A and A/B rates over every choice of baseline boots and a different current boot."""
+    platform, tests = data["platform"], data["tests"]
+    n_boots = min(len(b) for b in tests.values())
+    rng = np.random.default_rng(k * 10 + baseline_boots)
+    pool_size = min(len(boot) for boots in tests.values() for boot in boots)
+    draws = 1 if k >= pool_size else draws  # every pass each time: one draw says it all
+    aa = {name: [] for name in tests}
+    ab: dict[str, list[bool]] = {}
+    suite = []
+    for current in range(n_boots):
+        others = [b for b in range(n_boots) if b != current]
+        for chosen in itertools.combinations(others, baseline_boots):
+            for _ in range(draws):
+                any_test = False
+                for name, boots in tests.items():
+                    pool = sorted({p["index"] for p in boots[current]})
+                    indices = sorted(rng.choice(pool, min(k, len(pool)), replace=False).tolist())
+                    base = [boots[b] for b in chosen]
+                    found = _verdicts(name, base, boots[current], indices, platform, {})
+                    alarm = Verdict.REGRESSED in found.values()
+                    aa[name].append(alarm)
+                    any_test |= alarm
+                    for key, factor in INJECTIONS.get(name, ()):
+                        hit = _verdicts(
+                            name, base, boots[current], indices, platform, {key: factor}
+                        )
+                        ab.setdefault(f"{name}: {key} x{factor:g}", []).append(
+                            hit[key] is Verdict.REGRESSED
+                        )
+                suite.append(any_test)
+    return {
+        "baseline_boots": baseline_boots,
+        "passes_per_boot": k,
+        "comparisons": len(suite),
+        "false_alarm_per_test": {n: float(np.mean(v)) for n, v in aa.items()},
+        "false_alarm_suite": float(np.mean(suite)),
+        "detection": {n: float(np.mean(v)) for n, v in ab.items()},
+    }
+
+
+def analyse(args: argparse.Namespace) -> None:
+    for label in args.labels:
+        data = json.loads((RESULTS / f"gate_power-{label}-passes.json").read_text())
+        started = time.time()
+        rows = [
+            analyse_one(data, b, k, args.draws)
+            for b in (1, 2)
+            for k in sorted({min(6, _pool(data)), _pool(data)})
+            if b < min(len(v) for v in data["tests"].values())
+        ]
+        summary = {
+            "label": label,
+            "platform": data["platform"],
+            "tests": sorted(data["tests"]),
+            "boots": min(len(v) for v in data["tests"].values()),
+            "rows": rows,
+            "tolerances": default_tolerances(data["platform"]),
+            "seconds": round(time.time() - started),
+        }
+        (RESULTS / f"gate_power-{label}.json").write_text(json.dumps(summary, indent=1) + "\n")
+        (RESULTS / f"gate_power-{label}.md").write_text("\n".join(markdown(summary)) + "\n")
+        print("\n".join(markdown(summary)))
+
+
+def _pool(data: Mapping[str, Any]) -> int:
+    return min(len(boot) for boots in data["tests"].values() for boot in boots)
+
+
+def markdown(summary: Mapping[str, Any]) -> list[str]:
+    rows = summary["rows"]
+    changes = list(rows[0]["detection"])
+    tests = summary["tests"]
+    head = ["baseline boots", "passes per boot", "comparisons", "A/A suite",
+            *(f"A/A {t}" for t in tests), *(f"A/B {c}" for c in changes)]  # fmt: skip
+    out = [
+        f"{summary['label']} ({summary['platform']}, {summary['boots']} boots):",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|---" * len(head) + "|",
+    ]
+    for r in rows:
+        cells = [str(r["baseline_boots"]), str(r["passes_per_boot"]), str(r["comparisons"]),
+                 f"{r['false_alarm_suite']:.1%}",
+                 *(f"{r['false_alarm_per_test'][t]:.1%}" for t in tests),
+                 *(f"{r['detection'][c]:.1%}" for c in changes)]  # fmt: skip
+        out.append("| " + " | ".join(cells) + " |")
     return out
 
 
-def rate(verdicts: list[dict[str, str]], metric: str | None) -> float:
-    hits = [
-        any(v is Verdict.REGRESSED for v in r.values())
-        if metric is None
-        else r[metric] is Verdict.REGRESSED
-        for r in verdicts
-    ]
-    return sum(hits) / len(hits)
-
-
-def power(boots: list[list[PassRecord]], size: int, args: argparse.Namespace) -> dict[str, Any]:
-    """False-alarm and detection rates for verdicts over ``size`` passes per side."""
-    rng = np.random.default_rng(size)
-    spec = WORKLOADS[args.workload]
-    pairs = list(itertools.permutations(range(len(boots)), 2))
-    aa = [v for i, j in pairs for v in draws(spec, boots[i], boots[j], args.draws, size, rng)]
-    detection = {}
-    for factor in factors(args):
-        slow = [[stretched(rep, factor) for rep in boot] for boot in boots]
-        ab = [v for i, j in pairs for v in draws(spec, boots[i], slow[j], args.draws, size, rng)]
-        detection[f"x{factor:g}"] = rate(ab, "itl_p99_ms")
-    return {
-        "passes_per_side": size,
-        "load_per_side_s": size * args.duration,
-        "comparisons_each": len(aa),
-        "false_alarm_itl_p99": rate(aa, "itl_p99_ms"),
-        "false_alarm_any_metric": rate(aa, None),
-        "detection_itl_p99": detection,
-    }
-
-
-def factors(args: argparse.Namespace) -> list[float]:
-    return [float(x) for x in args.factor.split(",")]
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="decode")
-    parser.add_argument("--boots", type=int, default=5)
-    parser.add_argument("--pool", type=int, default=12, help="passes per boot")
-    parser.add_argument("--passes", default="4,5,6,8", help="passes per side (comma-separated)")
-    parser.add_argument("--duration", type=float, default=8.0, help="seconds per pass")
-    parser.add_argument("--factor", default="1.2,1.5,2", help="ITL stretch factors of A/B")
-    parser.add_argument("--draws", type=int, default=20, help="comparisons per boot pair")
-    parser.add_argument("--reanalyse", action="store_true", help="reuse the last raw passes")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("collect", help="boot the CPU engine repeatedly and record passes")
+    c.add_argument("--workload", choices=sorted(CPU_LOADS), default="decode")
+    c.add_argument("--boots", type=int, default=5)
+    c.add_argument("--pool", type=int, default=12, help="passes per boot")
+    c.add_argument("--platform", default="cpu")
+    r = sub.add_parser("reports", help="per-pass metrics from --vllm-json reports, one per boot")
+    r.add_argument("label")
+    r.add_argument("files", nargs="+")
+    r.add_argument("--platform", default="cuda")
+    a = sub.add_parser("analyse", help="A/A and A/B rates from recorded passes")
+    a.add_argument("labels", nargs="+")
+    a.add_argument("--draws", type=int, default=20, help="pass draws per choice of boots")
     args = parser.parse_args()
     # SIGTERM skips atexit; exit cleanly so the server's process group is stopped.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-    started = time.time()
-    raw = ROOT / "bench" / "results" / "raw" / f"gate_power-{args.workload}.pickle"
-    if args.reanalyse:
-        boots = pickle.loads(raw.read_bytes())  # our own file, written below
-    else:
-        spec = WORKLOADS[args.workload].override({"duration_s": args.duration})
-        boots = [one_boot(spec, args, i) for i in range(args.boots)]
-        raw.parent.mkdir(parents=True, exist_ok=True)  # every pass's records; not committed
-        raw.write_bytes(pickle.dumps(boots))
-    summary = {
-        "workload": args.workload,
-        "boots": len(boots),
-        "passes_per_boot": len(boots[0]),
-        "pass_s": args.duration,
-        "factors": factors(args),
-        "by_passes_per_side": [power(boots, int(k), args) for k in args.passes.split(",")],
-        "tolerances": default_tolerances("cpu"),
-        "seconds": round(time.time() - started),  # collection and analysis, or analysis only
-    }
-    write(summary, boots, args.workload)
-    print(json.dumps(summary, indent=1))
-
-
-def write(summary: dict[str, object], boots: list[list[PassRecord]], name: str) -> None:
-    out = ROOT / "bench" / "results"
-    per_pass = [[round(pct99_itl([rep]), 3) for rep in boot] for boot in boots]
-    body = {"summary": summary, "itl_p99_ms_per_pass": per_pass}
-    (out / f"gate_power-{name}.json").write_text(json.dumps(body, indent=1) + "\n")
-    rows = summary["by_passes_per_side"]
-    labels = list(rows[0]["detection_itl_p99"])  # type: ignore[index]
-    lines = [
-        "| workload | passes per side | load per side | A/A false alarms, p99 ITL "
-        "| A/A false alarms, any metric | "
-        + " | ".join(f"A/B detection of {f} p99 ITL" for f in labels)
-        + " |",
-        "|---" * (5 + len(labels)) + "|",
-    ]
-    for row in rows:  # type: ignore[attr-defined]
-        lines.append(
-            f"| {name} | {row['passes_per_side']} | {row['load_per_side_s']:.0f} s "
-            f"| {row['false_alarm_itl_p99']:.1%} | {row['false_alarm_any_metric']:.1%} | "
-            + " | ".join(f"{row['detection_itl_p99'][f]:.1%}" for f in labels)
-            + " |"
-        )
-    (out / f"gate_power-{name}.md").write_text("\n".join(lines) + "\n")
+    {"collect": collect, "reports": reports, "analyse": analyse}[args.command](args)
 
 
 if __name__ == "__main__":
