@@ -36,6 +36,7 @@ import argparse
 import itertools
 import json
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -84,15 +85,86 @@ def collect(args: argparse.Namespace) -> None:
             result = measure(pool.get(load("default", ROOT / "profiles")), spec, args.pool)
         finally:
             pool.stop()
-        boots.append(
-            [
-                {"index": p.index, "duration_s": p.duration_s, "metrics": dict(m)}
-                for p, m in zip(result.passes, result.pass_metrics, strict=True)
-            ]
-        )
+        boots.append(_boot(result))
         print(f"boot {b + 1}/{args.boots} done", flush=True)
     label = f"{args.platform}-{args.workload}"
     _write_passes(label, args.platform, {args.workload: boots})
+
+
+def _boot(result: Any) -> Boot:
+    return [
+        {"index": p.index, "duration_s": p.duration_s, "metrics": dict(m)}
+        for p, m in zip(result.passes, result.pass_metrics, strict=True)
+    ]
+
+
+def checks(args: argparse.Namespace) -> None:
+    """In one boot: does reading the gauges move the latencies, and what does a real
+    slowdown (a busy process on one of the machine's two cores) look like to the gate?
+
+    Gauges on and off alternate in blocks of two passes, ABBA, each block replaying
+    the same two seeded schedules in both modes, so drift within the boot cancels
+    and the gate can pair them. Then ``--passes`` more passes run with the busy
+    process beside them, against the gauges-on passes of the same schedules.
+    """
+    base = workloads.named(args.workload).override(CPU_LOADS.get(args.workload, {}))
+    pool = ServerPool(PoolConfig(ROOT / ".vllm-perf-cache"), print)
+    normal: Boot = []
+    quiet: Boot = []
+    loaded: Boot = []
+
+    def block(handle: Any, b: int, gauges: float | None, into: Boot) -> None:
+        spec = base.override({"seed": 2 * b})
+        for p in _boot(measure(handle, spec, 2, gauges_every_s=gauges)):
+            into.append({**p, "index": 2 * b + p["index"]})
+
+    try:
+        handle = pool.get(load("default", ROOT / "profiles"))
+        for b in range(args.passes // 2):
+            order = ((args.gauge_interval, normal), (None, quiet))
+            for gauges, into in order if b % 2 == 0 else order[::-1]:
+                block(handle, b, gauges, into)
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            for b in range(args.passes // 2):
+                block(handle, b, args.gauge_interval, loaded)
+        finally:
+            hog.kill()
+            hog.wait()
+    finally:
+        pool.stop()
+    spec = base
+    indices = list(range(args.passes))
+    rows = []
+    for label, base, cur in (
+        (f"no gauges vs gauges read every {args.gauge_interval:g} s", quiet, normal),
+        ("a busy process on one core vs none", normal, loaded),
+    ):
+        found = compare.compare(
+            [_passes(base, indices, {})],
+            _passes(cur, indices, {}),
+            tuple(dict.fromkeys((*spec.gate, *COMPARED))),
+            default_tolerances(args.platform),
+            gated=spec.gate,
+            pair=True,
+        )
+        for v in found:
+            rows.append({"comparison": label, "metric": v.metric, "ratio": v.ratio,
+                         "low": v.low, "high": v.high, "verdict": str(v.verdict),
+                         "gated": v.gated, "basis": v.basis})  # fmt: skip
+    out = RESULTS / f"gate_checks-{args.platform}-{args.workload}-{args.gauge_interval:g}s"
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    lines = [
+        "| comparison | metric | ratio | 95% CI | verdict | basis |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['comparison']} | {r['metric']}{'' if r['gated'] else ' (not gated)'} "
+        f"| x{r['ratio']:.3f} | x{r['low']:.3f}..x{r['high']:.3f} | {r['verdict']} | {r['basis']} |"
+        for r in rows
+    ]
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def reports(args: argparse.Namespace) -> None:
@@ -261,13 +333,19 @@ def main() -> None:
     r.add_argument("label")
     r.add_argument("files", nargs="+")
     r.add_argument("--platform", default="cuda")
+    k = sub.add_parser("checks", help="gauge reading and a real slowdown, in one CPU boot")
+    k.add_argument("--workload", choices=sorted(CPU_LOADS), default="decode")
+    k.add_argument("--passes", type=int, default=8)
+    k.add_argument("--platform", default="cpu")
+    k.add_argument("--gauge-interval", type=float, default=2.0, help="seconds between reads")
     a = sub.add_parser("analyse", help="A/A and A/B rates from recorded passes")
     a.add_argument("labels", nargs="+")
     a.add_argument("--draws", type=int, default=20, help="pass draws per choice of boots")
     args = parser.parse_args()
     # SIGTERM skips atexit; exit cleanly so the server's process group is stopped.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-    {"collect": collect, "reports": reports, "analyse": analyse}[args.command](args)
+    commands = {"collect": collect, "reports": reports, "analyse": analyse, "checks": checks}
+    commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from pytest_vllm_perf.core.records import Measurement, Outcome, Progress
 from pytest_vllm_perf.core.registry import default_tolerances, validate_tolerances
 from pytest_vllm_perf.core.workload import Workload
 from pytest_vllm_perf.load import runner, scrape
+from pytest_vllm_perf.load.runner import GAUGES_EVERY_S
 from pytest_vllm_perf.serving.pool import ServerHandle
 from pytest_vllm_perf.verdict import gate, stats, thresholds
 from pytest_vllm_perf.verdict.gate import SaveMode
@@ -81,11 +82,22 @@ def run_sync(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def measure(
-    handle: ServerHandle, workload: Workload, repeat: int = 1, progress: Progress | None = None
+    handle: ServerHandle,
+    workload: Workload,
+    repeat: int = 1,
+    progress: Progress | None = None,
+    gauges_every_s: float | None = GAUGES_EVERY_S,
 ) -> Measurement:
     """Drive ``workload`` ``repeat`` times against ``handle`` and compute its metrics."""
     recording = run_sync(
-        lambda: runner.run(workload, handle.base_url, handle.model, progress, repeat=repeat)
+        lambda: runner.run(
+            workload,
+            handle.base_url,
+            handle.model,
+            progress,
+            repeat=repeat,
+            gauges_every_s=gauges_every_s,
+        )
     )
     handle.check_alive()
     passes = recording.passes

@@ -2,7 +2,7 @@
 
 vLLM logs no line per preemption, so the counter's delta is the only honest
 count; it is read at every pass boundary, so each pass has its own count. KV
-usage and the waiting queue are gauges, read every half second during a run.
+usage and the waiting queue are gauges, read every two seconds during a run.
 
 The gauge reader runs in its own thread with a blocking client and parses only
 the lines it needs, so it never takes a turn on the event loop that times the
@@ -79,7 +79,7 @@ def preemptions(values: Mapping[str, float]) -> float | None:
 class GaugeSampler:
     """Reads the gauges every ``interval_s`` in a background thread until stopped."""
 
-    def __init__(self, base_url: str, t0: float, interval_s: float = 0.5) -> None:
+    def __init__(self, base_url: str, t0: float, interval_s: float = 2.0) -> None:
         self.base_url = base_url
         self.t0 = t0
         self.interval_s = interval_s
