@@ -64,6 +64,10 @@ def _stop_servers_on_sigterm() -> None:
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
+    # make, timeout and CI runners often send TERM to a whole process group, so a
+    # second TERM can arrive while this teardown runs; raised inside it, it would cut
+    # the teardown short and leave the server running. Further TERMs are ignored.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     server.stop_all()
     raise SystemExit(128 + signum)
 

@@ -28,3 +28,19 @@ def vllm_processes(marker: str) -> list[str]:
         if marker in args and "pytest_vllm_perf.launch" in args:
             found.append(args)
     return found
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Live processes whose environment carries ``VLLM_PERF_TEST_TAG=tag``: a server
+    started under that tag and every process it forked (engine core, workers)."""
+    found = []
+    needle = f"VLLM_PERF_TEST_TAG={tag}".encode()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if needle in environ.read_bytes().split(b"\0"):
+                status = (environ.parent / "stat").read_text()
+                if status.split(")")[-1].split()[0] != "Z":  # a zombie holds nothing
+                    found.append(int(environ.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found

@@ -73,6 +73,20 @@ class Passes:
     def values(self, key: str) -> np.ndarray:
         return np.array([m.get(key, math.nan) for m in self.metrics], dtype=float)
 
+    def measured(self, key: str) -> Passes:
+        """The passes that measured ``key``: a pass in which a request class sent nothing
+        (a rare arrival class in a short pass) has no value for that class's metrics,
+        which says nothing about the others. Failures are infinite, not missing: kept."""
+        keep = [i for i, m in enumerate(self.metrics) if not math.isnan(m.get(key, math.nan))]
+        if len(keep) == len(self.metrics):
+            return self
+        return Passes(
+            tuple(self.metrics[i] for i in keep),
+            tuple(self.indices[i] for i in keep),
+            tuple(self.durations[i] for i in keep),
+            self.records,
+        )
+
 
 def classify(
     ratio: float, low: float, high: float, p: float, tolerance: float, higher_is_better: bool
@@ -122,6 +136,9 @@ def _usable(logs: np.ndarray) -> bool:
 
 def _one(key: str, base: Sequence[Passes], cur: Passes, pairs: int, seed: int) -> _Result:
     """One metric's comparison; ``pairs`` is the fewest pairs to pair passes by (0: never)."""
+    base = [b for b in (b.measured(key) for b in base) if b.metrics] or list(base)
+    measured = cur.measured(key)
+    cur = measured if measured.metrics else cur
     raw = [b.values(key) for b in base]
     cur_values = cur.values(key)
     b_med, c_med = float(np.median(np.concatenate(raw))), float(np.median(cur_values))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.measure import measure
 from pytest_vllm_perf.verdict import thresholds
-from tests.real_engine import require_engine, vllm_processes
+from tests.real_engine import require_engine, tagged_processes, vllm_processes
 
 pytestmark = pytest.mark.engine
 QUICK = workloads.named("mixed").override(
@@ -99,8 +100,18 @@ def test_rejected_engine_flag_fails_fast_with_vllm_message(perf_project):
     assert vllm_processes(str(perf_project.path)) == []
 
 
-def test_ctrl_c_leaves_no_vllm_process(perf_project):
+@pytest.mark.parametrize(
+    "signals",
+    [
+        pytest.param((signal.SIGINT,), id="ctrl-c"),
+        # make, timeout and CI runners may TERM a whole group, so a TERM can come twice
+        # and land during the teardown the first one started
+        pytest.param((signal.SIGTERM, signal.SIGTERM), id="sigterm-twice"),
+    ],
+)
+def test_interrupt_during_load_leaves_no_vllm_process(perf_project, signals):
     require_engine()
+    tag = f"{perf_project.path.name}-{len(signals)}"
     perf_project.makepyfile(
         test_slow="""
         import pytest
@@ -116,6 +127,7 @@ def test_ctrl_c_leaves_no_vllm_process(perf_project):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env={**os.environ, "VLLM_PERF_TEST_TAG": tag},
         # a background job of a shell starts with SIGINT ignored: give the child the default
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler),
     )
@@ -125,14 +137,20 @@ def test_ctrl_c_leaves_no_vllm_process(perf_project):
         for line in proc.stdout:
             if " done, " in line or time.monotonic() > deadline:  # the workload is running
                 break
-        assert vllm_processes(str(perf_project.path)), "the server should be up before Ctrl-C"
-        proc.send_signal(signal.SIGINT)
+        assert vllm_processes(str(perf_project.path)), "the server should be up by now"
+        assert len(tagged_processes(tag)) >= 2  # pytest and the server, at least
+        for sig in signals:
+            proc.send_signal(sig)
+            time.sleep(0.3)
         proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+            proc.kill()
             proc.communicate(timeout=60)
-    assert vllm_processes(str(perf_project.path)) == []
+    deadline = time.monotonic() + 30  # KILL reaches stragglers 5 s after TERM
+    while tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert tagged_processes(tag) == []
 
 
 def test_more_api_server_processes_boot_and_tokenize(perf_project):

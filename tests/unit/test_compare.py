@@ -166,3 +166,16 @@ def test_tolerance_of_a_class_metric_falls_back_to_its_metric():
     )
     assert found[0].tolerance == 0.3
     assert not np.isnan(found[0].ratio)
+
+
+def test_a_pass_without_requests_of_a_class_is_left_out_of_that_class_only():
+    """A rare arrival class may send nothing in a short pass: its metrics are NaN there."""
+    base = side([1.0] * 6, 0)
+    holes = [dict(m) for m in base.metrics]
+    holes[2]["c.ttft_p50_ms"] = math.nan
+    base = compare.Passes(tuple(holes), base.indices, base.durations)
+    cur = side([1.5] * 6, 100)
+    found = verdicts([base], cur, keys=("c.ttft_p50_ms", "itl_p50_ms"))
+    assert found["c.ttft_p50_ms"].basis.startswith("5 vs 6 passes")
+    assert found["c.ttft_p50_ms"].verdict is Verdict.REGRESSED
+    assert found["itl_p50_ms"].basis.startswith("6 vs 6 passes")
