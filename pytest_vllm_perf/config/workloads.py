@@ -57,10 +57,13 @@ NAMED: Final[dict[str, Workload]] = {
     "decode": Workload(
         "decode",
         (RequestClass("chat", prompt_tokens=64, output_tokens=64, users=8),),
-        gate=("tpot_mean_ms", "output_throughput", "itl_p99_ms"),
+        # ITL p99 is reported, not gated: on the H200 it moved x0.88 between two boots
+        # of one config (bench/results/h200/boots), more than a 15% tolerance can call
+        # unchanged; TPOT and throughput moved 1-2%. Tails need the A/B route.
+        gate=("tpot_mean_ms", "output_throughput"),
         description=(
-            "Steady streaming decode and nothing else: ITL p99 is the tail of ordinary "
-            "decode steps, the steadiest latency tail to gate on."
+            "Steady streaming decode and nothing else: gates TPOT and output "
+            "throughput, which move about 1% between passes and boots."
         ),
     ),
     "kv_pressure": Workload(
