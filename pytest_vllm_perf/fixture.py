@@ -8,6 +8,7 @@ failed test with its message, in one place.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -23,7 +24,7 @@ from pytest_vllm_perf.options import Settings
 from pytest_vllm_perf.report import text
 from pytest_vllm_perf.serving.pool import ServerHandle
 
-__all__ = ["MARKER_KEYS", "PerfFixture"]
+__all__ = ["MARKER_KEYS", "PerfFixture", "preflight"]
 
 # Marker keywords with a meaning of their own; every other keyword overrides a workload field.
 T = TypeVar("T")
@@ -68,17 +69,10 @@ class PerfFixture:
         return _reported(lambda: self._workload(spec, overrides))
 
     def _workload(self, spec: str | Workload | None, overrides: Mapping[str, Any]) -> Workload:
-        marker = self._marker
-        spec = spec or marker.get("workload") or "mixed"
-        marker_overrides = {k: v for k, v in marker.items() if k not in MARKER_KEYS}
-        if isinstance(spec, str):
-            if spec.endswith((".yaml", ".yml")):
-                base = workloads.load_file(Path(self._node.path).parent / spec)
-            else:
-                base = workloads.named(spec)
-        else:
-            base = spec
-        return base.override({**marker_overrides, **overrides})
+        marker = dict(self._marker)
+        if spec:
+            marker["workload"] = spec
+        return _marker_workload(self._node, marker).override(overrides)
 
     def run(
         self,
@@ -136,6 +130,77 @@ class PerfFixture:
         return measure.run_test(
             plan, self.server, self._settings.baseline_dir, self._settings.save_mode, self._progress
         )
+
+
+def _marker_workload(node: pytest.Item, marker: Mapping[str, Any]) -> Workload:
+    spec = marker.get("workload") or "mixed"
+    if not isinstance(spec, str | Workload):
+        raise VllmPerfError(f"expected a workload name, YAML file or Workload, got {spec!r}")
+    overrides = {k: v for k, v in marker.items() if k not in MARKER_KEYS}
+    if isinstance(spec, str):
+        if spec.endswith((".yaml", ".yml")):
+            base = workloads.load_file(Path(node.path).parent / spec)
+        else:
+            base = workloads.named(spec)
+    else:
+        base = spec
+    return base.override(overrides)
+
+
+def preflight(node: pytest.Item, settings: Settings) -> list[str]:
+    """Every problem in a test's ``vllm_perf`` marker, found before any server boots.
+
+    One line each, naming the test and the keyword: a workload name, an override
+    field, a threshold, tolerance or gate key, a pass count or a profile that would
+    otherwise fail only after a boot (47-55 s on the CPU engine, minutes on a GPU).
+    """
+    marker = marker_of(node)
+    if not marker:
+        return []
+    where = node.nodeid.split("[")[0]
+    problems: list[str] = []
+
+    def check(keyword: str, action: Callable[[], object]) -> None:
+        try:
+            action()
+        except (VllmPerfError, pytest.UsageError) as exc:
+            problems.append(f"{where}: vllm_perf marker {keyword}: {exc}")
+        except (TypeError, ValueError, AttributeError) as exc:
+            problems.append(f"{where}: vllm_perf marker {keyword}: bad value ({exc})")
+
+    def mapping(key: str) -> Mapping[str, float]:
+        value = marker.get(key) or {}
+        if not isinstance(value, Mapping):
+            raise VllmPerfError(f"expected a mapping of metric names to numbers, got {value!r}")
+        return value
+
+    def gate() -> None:
+        value = marker.get("gate", ())
+        if isinstance(value, str) or not all(isinstance(k, str) for k in value):
+            raise VllmPerfError(f"expected a list of metric names, got {value!r}")
+        measure.Plan.resolve(where, workloads.named("decode"), 1, "cpu", gate_extra=value)
+
+    check("workload", lambda: _marker_workload(node, marker))
+    check(
+        "thresholds",
+        lambda: measure.Plan.resolve(
+            where, workloads.named("decode"), 1, "cpu", (mapping("thresholds"),)
+        ),
+    )
+    check(
+        "tolerances",
+        lambda: measure.Plan.resolve(
+            where, workloads.named("decode"), 1, "cpu", (), (mapping("tolerances"),)
+        ),
+    )
+    check("gate", gate)
+    if "repeat" in marker:
+        check("repeat", lambda: pass_count(marker["repeat"], "repeat"))
+    pinned = marker.get("profile")
+    if pinned:
+        for name in [pinned] if isinstance(pinned, str) else list(pinned):
+            check("profile", functools.partial(settings.load_profile, name))
+    return problems
 
 
 def _reported(action: Callable[[], T]) -> T:

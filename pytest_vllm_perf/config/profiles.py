@@ -7,12 +7,13 @@ names the file and the key, never a silently ignored setting.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -21,6 +22,7 @@ from pytest_vllm_perf.core.registry import threshold_target, validate_tolerances
 
 __all__ = [
     "CPU_DEFAULTS",
+    "SHIPPED",
     "EngineSettings",
     "Profile",
     "ProfileError",
@@ -28,6 +30,7 @@ __all__ = [
     "diff",
     "engine_settings",
     "load",
+    "search_path",
     "to_argv",
 ]
 
@@ -89,37 +92,68 @@ class EngineSettings:
     notes: tuple[str, ...] = ()
 
 
-def available(profiles_dir: Path) -> list[str]:
-    """Names of the profiles in a folder, sorted."""
-    if not profiles_dir.is_dir():
-        return []
-    return sorted(p.stem for p in profiles_dir.glob("*.yaml"))
+# The profiles that ship with the package: they resolve by name from any repository.
+SHIPPED: Final = Path(__file__).resolve().parent.parent / "profiles"
 
 
-def load(name: str, profiles_dir: Path) -> Profile:
-    """Load the profile ``name`` from ``profiles_dir`` with its ``extends`` chain."""
-    return _load(name, profiles_dir, ())
+def search_path(user_dir: Path | None) -> tuple[Path, ...]:
+    """Where profiles are looked up, first match wins: the user's folder, then the shipped ones."""
+    if user_dir is None or user_dir.resolve() == SHIPPED:
+        return (SHIPPED,)
+    return (user_dir, SHIPPED)
 
 
-def _load(name: str, profiles_dir: Path, chain: tuple[str, ...]) -> Profile:
-    path = profiles_dir / f"{name}.yaml"
-    if name in chain:
-        raise ProfileError(f"{path}: extends: cycle {' -> '.join((*chain, name))}")
-    if not path.is_file():
-        names = ", ".join(available(profiles_dir)) or "none"
+def _folders(where: Path | Sequence[Path]) -> tuple[Path, ...]:
+    return search_path(where) if isinstance(where, Path) else tuple(where)
+
+
+def available(where: Path | Sequence[Path]) -> list[str]:
+    """Names of the profiles on a search path (a user folder also searches the shipped ones)."""
+    return sorted(
+        {p.stem for folder in _folders(where) if folder.is_dir() for p in folder.glob("*.yaml")}
+    )
+
+
+def load(name: str, where: Path | Sequence[Path]) -> Profile:
+    """Load the profile ``name`` with its ``extends`` chain.
+
+    ``where`` is the user's profiles folder (searched before the shipped profiles)
+    or an explicit search path. A profile may extend one of its own name: the
+    user's ``chunked.yaml`` with ``extends: chunked`` builds on the shipped one.
+    """
+    return _load(name, _folders(where), 0, ())
+
+
+def _load(name: str, folders: tuple[Path, ...], start: int, chain: tuple[Path, ...]) -> Profile:
+    found = next(
+        (i for i in range(start, len(folders)) if (folders[i] / f"{name}.yaml").is_file()), None
+    )
+    if found is None:
         where = f" (extended by {chain[-1]})" if chain else ""
-        raise ProfileError(
-            f"unknown vLLM profile {name!r}{where}: no {path.name} in {profiles_dir}; "
-            f"available: {names}"
-        )
+        close = difflib.get_close_matches(name, available(folders), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ProfileError(f"unknown vLLM profile {name!r}{where}{hint}; {_listing(folders)}")
+    path = folders[found] / f"{name}.yaml"
+    if path in chain:
+        raise ProfileError(f"{path}: extends: cycle {' -> '.join(p.stem for p in (*chain, path))}")
     raw = _read_yaml(path)
     parent = raw.get("extends")
-    base = (
-        _load(_expect(path, "extends", parent, str), profiles_dir, (*chain, name))
-        if parent
-        else None
-    )
+    base = None
+    if parent:
+        parent = _expect(path, "extends", parent, str)
+        # a profile extending its own name continues the search after its own folder
+        base = _load(parent, folders, found + 1 if parent == name else 0, (*chain, path))
     return _merge(name, path, raw, base)
+
+
+def _listing(folders: tuple[Path, ...]) -> str:
+    parts = []
+    for folder in folders:
+        names = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+        label = "shipped" if folder == SHIPPED else str(folder)
+        found = ", ".join(names) or ("none" if folder.is_dir() else "no such folder")
+        parts.append(f"{label}: {found}")
+    return "available: " + "; ".join(parts)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

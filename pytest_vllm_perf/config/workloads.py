@@ -6,6 +6,7 @@ its load is built to move. The rest are compared and reported, not gated.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Final
 
@@ -92,6 +93,9 @@ def named(name: str) -> Workload:
     try:
         return NAMED[name]
     except KeyError:
+        close = difflib.get_close_matches(name, NAMED, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise WorkloadError(
-            f"unknown workload {name!r}; built in: {', '.join(sorted(NAMED))}"
+            f"unknown workload {name!r}{hint}; built in: {', '.join(sorted(NAMED))} "
+            "(or a .yaml file beside the test)"
         ) from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from pytest_vllm_perf.options import OPTIONS
@@ -38,3 +40,61 @@ def test_every_option_has_a_default_written_once_and_shown_in_help(pytester):
         assert opt.flag in text and f"(ini: {opt.ini})" in text
         if opt.default is not None:
             assert f"[{opt.default}]" in text
+
+
+BAD_MARKERS = """
+import pytest
+
+@pytest.mark.vllm_perf(workload="interferense")
+def test_workload(vllm_perf): pass
+
+@pytest.mark.vllm_perf(workload="mixed", chat={"userz": 2})
+def test_override(vllm_perf): pass
+
+@pytest.mark.vllm_perf(workload="mixed", duraton_s=3)
+def test_field(vllm_perf): pass
+
+@pytest.mark.vllm_perf(thresholds={"ttft_p99": 100})
+def test_thresholds(vllm_perf): pass
+
+@pytest.mark.vllm_perf(tolerances={"itl_p99_msec": 0.1})
+def test_tolerances(vllm_perf): pass
+
+@pytest.mark.vllm_perf(gate=["tpot_mean"])
+def test_gate(vllm_perf): pass
+
+@pytest.mark.vllm_perf(repeat=0)
+def test_repeat(vllm_perf): pass
+
+@pytest.mark.vllm_perf(profile="chunkd")
+def test_profile(vllm_perf): pass
+
+@pytest.mark.vllm_perf(workload="decode", thresholds={"ttft_p99_ms": 500})
+def test_good(vllm_perf): pass
+"""
+
+
+def test_every_bad_marker_value_is_one_usage_error_line_before_anything_boots(pytester):
+    """All marker problems at once, exit 4, in seconds: no server was started to find them."""
+    pytester.makepyfile(BAD_MARKERS)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert time.monotonic() - started < 60
+    err = result.stderr.str()
+    expected = {
+        "test_workload": "marker workload: unknown workload 'interferense'",
+        "test_override": "marker workload: class 'chat': unknown field 'userz'",
+        "test_field": "marker workload: workload 'mixed': unknown override 'duraton_s'",
+        "test_thresholds": "marker thresholds:",
+        "test_tolerances": "marker tolerances:",
+        "test_gate": "marker gate:",
+        "test_repeat": "marker repeat:",
+        "test_profile": "marker profile: unknown vLLM profile 'chunkd'",
+    }
+    lines = [line for line in err.splitlines() if "vllm_perf marker" in line]
+    assert len(lines) == len(expected), err
+    for test, text in expected.items():
+        assert any(f"::{test}: vllm_perf" in line and text in line for line in lines), (test, err)
+    assert "test_good" not in err
+    assert "booting" not in result.stdout.str() + err

@@ -52,8 +52,27 @@ def test_unknown_profile_is_a_usage_error(perf_project):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert time.monotonic() - started < 30
     result.stderr.fnmatch_lines(
-        ["*unknown vLLM profile 'nosuch'*available: api-servers-2, chunked, chunked-128, default*"]
+        [
+            "*unknown vLLM profile 'nosuch'; available: */profiles: chunked-128; "
+            "shipped: api-servers-2, chunked, default, roomy-kv, small-kv, tuned"
+        ]
     )
+
+
+def test_shipped_profiles_resolve_without_a_profiles_folder(pytester, fake_vllm):
+    """A user's repository with no profiles/ at all: chunked and default still resolve."""
+    pytester.makepyfile(PERF_TEST % "{}")
+    assert not (pytester.path / "profiles").exists()
+    result = run(pytester, fake_vllm.url, "--vllm-profile=chunked,default", "-rA")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_perf*chunked*", "*test_perf*default*"])
+
+
+def test_unknown_profile_without_a_folder_lists_the_shipped_ones(pytester):
+    pytester.makepyfile(PERF_TEST % "{}")
+    result = pytester.runpytest_inprocess("--vllm-profile=nosuch")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown vLLM profile 'nosuch'*shipped: api-servers-2, chunked*"])
 
 
 def test_bad_profile_file_names_file_and_key(perf_project):
@@ -123,11 +142,12 @@ def test_profile_thresholds_apply(perf_project, fake_vllm):
     result.stdout.fnmatch_lines(["*FAIL itl_max_ms*"])
 
 
-def test_unknown_threshold_in_marker(perf_project, fake_vllm):
+def test_unknown_threshold_in_marker_is_a_usage_error(perf_project, fake_vllm):
     perf_project.makepyfile(PERF_TEST % "{'ttft_p98_ms': 1}")
     result = run(perf_project, fake_vllm.url)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*unknown threshold 'ttft_p98_ms'*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*marker thresholds: unknown threshold 'ttft_p98_ms'*"])
+    assert fake_vllm.requests == []
 
 
 def test_code_api_and_workload_overrides(perf_project, fake_vllm):

@@ -8,6 +8,7 @@ from pytest_vllm_perf.config import profiles
 from pytest_vllm_perf.core.errors import ProfileError
 
 REPO_PROFILES = Path(__file__).resolve().parents[2] / "profiles"
+SHIPPED = profiles.SHIPPED
 
 
 def write(folder: Path, name: str, text: str) -> Path:
@@ -16,17 +17,54 @@ def write(folder: Path, name: str, text: str) -> Path:
     return path
 
 
-def test_repository_profiles_load():
-    names = profiles.available(REPO_PROFILES)
-    assert {"default", "chunked", "tuned", "small-kv", "roomy-kv"} <= set(names)
-    tuned = profiles.load("tuned", REPO_PROFILES)
+def test_shipped_profiles_load():
+    names = profiles.available((SHIPPED,))
+    assert {"default", "chunked", "tuned", "small-kv", "roomy-kv", "api-servers-2"} <= set(names)
+    tuned = profiles.load("tuned", (SHIPPED,))
     assert tuned.engine == {
         "enable_chunked_prefill": True,
         "max_num_batched_tokens": 2048,
         "gpu_memory_utilization": 0.94,
         "max_model_len": 8192,
     }
-    assert profiles.load("default", REPO_PROFILES).engine == {}
+    assert profiles.load("default", (SHIPPED,)).engine == {}
+
+
+def test_shipped_profiles_are_package_data():
+    """The installed package carries them: setuptools package-data names the folder."""
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert '"profiles/*.yaml"' in text
+    assert SHIPPED.parent.name == "pytest_vllm_perf"
+
+
+def test_repository_profile_extends_a_shipped_one():
+    chunked_128 = profiles.load("chunked-128", REPO_PROFILES)
+    assert chunked_128.engine["max_num_batched_tokens"] == 128
+    assert chunked_128.engine["enable_chunked_prefill"] is True  # from the shipped chunked
+
+
+def test_a_missing_user_folder_still_resolves_shipped(tmp_path):
+    assert profiles.load("chunked", tmp_path / "nosuch").engine["max_num_batched_tokens"] == 2048
+
+
+def test_user_folder_is_searched_first_and_may_extend_the_same_name(tmp_path):
+    write(tmp_path, "default", "engine: {max_num_seqs: 3}\n")
+    write(tmp_path, "chunked", "extends: chunked\nengine: {max_num_seqs: 5}\n")
+    assert profiles.load("default", tmp_path).engine == {"max_num_seqs": 3}
+    mine = profiles.load("chunked", tmp_path)
+    assert mine.engine["max_num_seqs"] == 5
+    assert mine.engine["max_num_batched_tokens"] == 2048
+    assert mine.path == tmp_path / "chunked.yaml"
+
+
+def test_unknown_profile_lists_both_sources(tmp_path):
+    write(tmp_path, "mine", "")
+    with pytest.raises(ProfileError) as exc:
+        profiles.load("nosuch", tmp_path)
+    message = str(exc.value)
+    assert f"{tmp_path}: mine" in message
+    assert "shipped: " in message and "chunked" in message and "small-kv" in message
+    assert "\n" not in message
 
 
 def test_extends_child_overrides_parent(tmp_path):
@@ -41,9 +79,9 @@ def test_unknown_profile_lists_available(tmp_path):
     write(tmp_path, "a", "")
     write(tmp_path, "b", "")
     with pytest.raises(ProfileError) as exc:
-        profiles.load("nosuch", tmp_path)
+        profiles.load("nosuch", (tmp_path,))
     assert str(tmp_path) in str(exc.value)
-    assert "available: a, b" in str(exc.value)
+    assert f"available: {tmp_path}: a, b" in str(exc.value)
 
 
 def test_unknown_key_names_file_and_key(tmp_path):
