@@ -127,8 +127,14 @@ class PerfFixture:
             ),
             gate_extra=(*marker.get("gate", ()), *gate),
         )
+        settings = self._settings
         return measure.run_test(
-            plan, self.server, self._settings.baseline_dir, self._settings.save_mode, self._progress
+            plan,
+            self.server,
+            settings.baseline_dir,
+            settings.save_mode,
+            self._progress,
+            settings.gate_other_release,
         )
 
 

@@ -116,6 +116,7 @@ def run_test(
     baseline_dir: Path,
     mode: SaveMode = SaveMode.COMPARE,
     progress: Progress | None = None,
+    gate_other_release: bool = False,
 ) -> Outcome:
     """Measure, check the thresholds, and gate on (or save) the baseline."""
     result = measure(handle, plan.workload, plan.repeat, progress)
@@ -128,5 +129,6 @@ def run_test(
         plan.tolerances,
         gate.gated_metrics(result, plan.gate),
         mode,
+        gate_other_release,
     )
     return Outcome(plan.test_id, handle.provenance, result, checks, verdict)

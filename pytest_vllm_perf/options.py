@@ -166,6 +166,11 @@ FLAGS: Final = (
     ),
     ("--vllm-add-boot", "vllm_add_boot", "add each result to its baseline as one more boot"),
     ("--vllm-require-baseline", "vllm_require_baseline", "fail perf tests with no baseline"),
+    (
+        "--vllm-gate-other-release",
+        "vllm_gate_other_release",
+        "gate on baselines measured with another vLLM release (default: report only)",
+    ),
 )
 ROOT_RELATIVE: Final = frozenset({"vllm_profiles_dir", "vllm_cache_dir", "vllm_baseline_dir"})
 
@@ -239,6 +244,7 @@ class Settings:
     require_baseline: bool = False
     tolerances: Mapping[str, float] = field(default_factory=dict)
     profile_given: bool = False
+    gate_other_release: bool = False
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -275,6 +281,7 @@ class Settings:
             require_baseline=_flag(config, "vllm_require_baseline"),
             tolerances=_tolerances(config),
             profile_given=_raw(config, "vllm_profile")[0] not in (None, "default"),
+            gate_other_release=_flag(config, "vllm_gate_other_release"),
         )
         if settings.profile_given:
             for name in settings.profiles:

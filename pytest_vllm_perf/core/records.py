@@ -208,6 +208,8 @@ class GateStatus(StrEnum):
     COMPARED = "compared"
     WORKLOAD_CHANGED = "workload changed"
     OTHER_HARDWARE = "other hardware"
+    # compared and shown, not gated: the baseline was measured with another vLLM release
+    OTHER_RELEASE = "other release"
 
 
 @dataclass(frozen=True)

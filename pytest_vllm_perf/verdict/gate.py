@@ -6,6 +6,7 @@ in; a ``GateResult`` comes out. Nothing here knows about servers or pytest.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -53,8 +54,14 @@ def evaluate(
     tolerances: Mapping[str, float],
     gated: Sequence[str],
     mode: SaveMode = SaveMode.COMPARE,
+    gate_other_release: bool = False,
 ) -> GateResult:
-    """Save the measurement as the baseline, add it as a boot, or compare it with the stored one."""
+    """Save the measurement as the baseline, add it as a boot, or compare it with the stored one.
+
+    A baseline measured with another vLLM release is compared and reported, not
+    gated, unless ``gate_other_release``: a release's own regression must not be
+    blamed on the change under test (upgrading is a change of its own: re-save).
+    """
     hw = provenance.environment.hardware_class
     path = baseline.path_for(root, hw, test_id, provenance.profile)
     if mode is SaveMode.SAVE:
@@ -94,6 +101,15 @@ def evaluate(
         pair=True,
     )
     note = compare.passes_note(stored.boots, current, len(gated))
+    ours = provenance.environment.vllm_version
+    theirs = stored.environment.get("vllm_version")
+    if theirs and ours and theirs != ours and not gate_other_release:
+        verdicts = [dataclasses.replace(v, gated=False) for v in verdicts]
+        note = (
+            f"the baseline was measured with vLLM {theirs}, this run has {ours}: compared, "
+            "not gated (re-save the baseline, or --vllm-gate-other-release)"
+        )
+        return GateResult(GateStatus.OTHER_RELEASE, path, tuple(verdicts), changes, note)
     return GateResult(GateStatus.COMPARED, path, tuple(verdicts), changes, note)
 
 

@@ -131,6 +131,28 @@ def test_other_hardware_is_not_compared(project, fake_vllm):
     result.stdout.fnmatch_lines(["*baselines exist only for other hardware (1x-nvidia-h200)*"])
 
 
+def test_baseline_of_another_release_is_reported_not_gated(project, fake_vllm):
+    run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
+    [path] = stored(project)
+    data = json.loads(path.read_text())
+    ours = data["boots"][0]["environment"]["vllm_version"]
+    data["boots"][0]["environment"]["vllm_version"] = "0.0.1"
+    path.write_text(json.dumps(data))
+    fake_vllm.delay_s *= 4  # a regression, which another release's figures cannot blame
+    result = run(project, fake_vllm)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_perf*p*pass*other release*",
+            f"*baseline was measured with vLLM 0.0.1, this run has {ours}: compared, not gated*",
+            "*tpot_mean_ms*regressed*[[]reported, not gated[]]*",
+        ]
+    )
+    result = run(project, fake_vllm, "--vllm-gate-other-release")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*>> tpot_mean_ms:*regressed*", "*vllm_version 0.0.1 -> *"])
+
+
 def test_json_and_markdown_reports(project, fake_vllm, monkeypatch):
     summary = project.path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
