@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PROFILE ?= chunked
 ARGS ?=
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint clean reference
 
 setup: $(STAMP)
 
@@ -33,6 +33,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest tests $(ARGS)
+
+# Regenerate the README's reference tables (options, marker, metrics, workloads) from the code.
+reference: $(STAMP)
+	$(BIN)/python -m pytest_vllm_perf.reference README.md
 
 clean:
 	rm -rf $(VENV) .vllm-perf-cache

@@ -24,13 +24,19 @@ from pytest_vllm_perf.options import Settings
 from pytest_vllm_perf.report import text
 from pytest_vllm_perf.serving.pool import ServerHandle
 
-__all__ = ["MARKER_KEYS", "PerfFixture", "preflight"]
+__all__ = ["MARKER_DOCS", "MARKER_KEYS", "PerfFixture", "preflight"]
 
 # Marker keywords with a meaning of their own; every other keyword overrides a workload field.
 T = TypeVar("T")
-MARKER_KEYS: Final = frozenset(
-    {"workload", "thresholds", "tolerances", "profile", "repeat", "gate"}
-)
+MARKER_DOCS: Final[Mapping[str, str]] = {
+    "workload": "built-in name, a .yaml file beside the test, or a Workload [mixed]",
+    "profile": "pin the test to this profile (or list), whatever --vllm-profile selects",
+    "thresholds": "absolute limits, e.g. {ttft_p99_ms: 500, min_output_throughput: 100}",
+    "tolerances": "regression tolerances per metric, e.g. {itl_p99_ms: 0.2}",
+    "repeat": "passes of the workload [--vllm-repeat]",
+    "gate": "metrics gated on top of the workload's own, e.g. [ttft_p99_ms]",
+}
+MARKER_KEYS: Final = frozenset(MARKER_DOCS)
 
 
 def marker_of(node: pytest.Item) -> Mapping[str, Any]:
