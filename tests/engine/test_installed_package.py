@@ -1,0 +1,98 @@
+"""The plugin as a user gets it: a built wheel, installed into a fresh virtual environment,
+run from a folder outside this repository that has no profiles/ (real CPU engine)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from tests.real_engine import require_engine
+
+pytestmark = pytest.mark.engine
+REPO = Path(__file__).resolve().parents[2]
+PERF_TEST = """
+import pytest_vllm_perf
+
+@pytest.mark.vllm_perf(workload="decode", duration_s=4, warmup_requests=1, repeat=1,
+                       chat={"users": 2, "output_tokens": 16})
+def test_decode(vllm_perf):
+    outcome = vllm_perf.run()
+    assert outcome.result.metrics["completed"] >= 2
+    assert outcome.provenance.profile_settings["engine"]["max_num_batched_tokens"] == 2048
+    print("PLUGIN FROM", pytest_vllm_perf.__file__)
+"""
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with the wheel installed; the CPU engine comes from this environment."""
+    require_engine()
+    root = tmp_path_factory.mktemp("installed")
+    src = root / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    shutil.copytree(
+        REPO / "pytest_vllm_perf", src / "pytest_vllm_perf",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )  # fmt: skip
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(root / "dist"), str(src)],
+        check=True,
+        timeout=300,
+    )
+    [wheel] = (root / "dist").glob("pytest_vllm_perf-*.whl")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    # Reuse the installed engine: a plain path line, so this environment's .pth files
+    # (the editable install of the repository among them) are not run.
+    Path(purelib, "reuse-engine.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    project = root / "project"
+    project.mkdir()
+    (project / "test_decode.py").write_text("import pytest\n" + PERF_TEST)
+    return python
+
+
+def run(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-s", *args],
+        cwd=python.parents[2] / "project",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_shipped_profile_runs_from_a_folder_without_profiles(installed):
+    result = run(installed, "--vllm-profile=chunked")
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "1 passed" in out
+    assert "PLUGIN FROM " + str(installed.parents[1]) in out  # the wheel, not the checkout
+    assert not (installed.parents[2] / "project" / "profiles").exists()
+
+
+def test_unknown_profile_lists_the_shipped_ones(installed):
+    result = run(installed, "--vllm-profile=nosuch")
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "unknown vLLM profile 'nosuch'" in result.stderr
+    assert "shipped: api-servers-2, chunked, default, roomy-kv, small-kv, tuned" in result.stderr
