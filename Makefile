@@ -1,11 +1,13 @@
 # Two entry points, both idempotent on a fresh clone:
 #   make demo   set up .venv with the CPU engine if missing, run the example perf suite
+#               as an A/B run of PROFILE (chunked) against AB (default)
 #   make test   set up .venv if missing, then lint, type-check, check import layers, run the tests
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROFILE ?= chunked
+AB ?= default
 ARGS ?=
 
 .PHONY: setup demo test lint clean reference
@@ -21,8 +23,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c "import vllm, pytest_vllm_perf; print('vllm', vllm.__version__)"
 	touch $(STAMP)
 
+# The demo judges PROFILE against AB (an A/B run: no stored baseline needed, so a
+# fresh machine sees verdicts). AB= runs the plain suite (e.g. to save baselines).
 demo: $(STAMP)
-	$(BIN)/pytest examples --vllm-profile=$(PROFILE) $(ARGS)
+	$(BIN)/pytest examples --vllm-profile=$(PROFILE) $(if $(AB),--vllm-ab=$(AB)) $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -58,12 +58,14 @@ class PerfFixture:
         server: ServerHandle,
         collect: Callable[[Outcome], None],
         progress: Progress | None = None,
+        base_server: ServerHandle | None = None,
     ) -> None:
         self._node = node
         self._settings = settings
         self._collect = collect
         self._progress = progress
         self.server = server
+        self.base_server = base_server  # the base side of an A/B run (--vllm-ab)
         self.outcomes: list[Outcome] = []
 
     @property
@@ -134,6 +136,8 @@ class PerfFixture:
             gate_extra=(*marker.get("gate", ()), *gate),
         )
         settings = self._settings
+        if self.base_server is not None:
+            return measure.run_ab(plan, self.base_server, self.server, self._progress)
         return measure.run_test(
             plan,
             self.server,

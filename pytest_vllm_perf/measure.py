@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from pytest_vllm_perf.core.records import Measurement, Outcome, Progress
+from pytest_vllm_perf.core.records import (
+    GaugeReading,
+    Measurement,
+    Outcome,
+    PassRecord,
+    Progress,
+)
 from pytest_vllm_perf.core.registry import default_tolerances, validate_tolerances
 from pytest_vllm_perf.core.workload import Workload
 from pytest_vllm_perf.load import runner, scrape
@@ -26,7 +32,18 @@ from pytest_vllm_perf.serving.pool import ServerHandle
 from pytest_vllm_perf.verdict import gate, stats, thresholds
 from pytest_vllm_perf.verdict.gate import SaveMode
 
-__all__ = ["DEFAULT_THRESHOLDS", "Plan", "SaveMode", "layered", "measure", "run_sync", "run_test"]
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "Plan",
+    "SaveMode",
+    "alternation",
+    "assemble",
+    "layered",
+    "measure",
+    "run_ab",
+    "run_sync",
+    "run_test",
+]
 
 DEFAULT_THRESHOLDS: Final[Mapping[str, float]] = {"failed": 0}
 T = TypeVar("T")
@@ -87,6 +104,7 @@ def measure(
     repeat: int = 1,
     progress: Progress | None = None,
     gauges_every_s: float | None = GAUGES_EVERY_S,
+    first_index: int = 0,
 ) -> Measurement:
     """Drive ``workload`` ``repeat`` times against ``handle`` and compute its metrics."""
     recording = run_sync(
@@ -97,17 +115,77 @@ def measure(
             progress,
             repeat=repeat,
             gauges_every_s=gauges_every_s,
+            first_index=first_index,
         )
     )
     handle.check_alive()
-    passes = recording.passes
+    return assemble(workload, recording.passes, recording.gauges)
+
+
+def assemble(
+    workload: Workload, passes: Sequence[PassRecord], gauges: Sequence[GaugeReading]
+) -> Measurement:
+    """A measurement from recorded passes (of one run, or gathered from several)."""
+    passes = tuple(passes)
     return Measurement(
         workload=workload,
         passes=passes,
-        metrics=stats.measure_metrics(workload, passes, scrape.gauge_peaks(recording.gauges)),
+        metrics=stats.measure_metrics(workload, passes, scrape.gauge_peaks(tuple(gauges))),
         pass_metrics=tuple(stats.pass_metrics(workload, p) for p in passes),
-        gauges=recording.gauges,
+        gauges=tuple(gauges),
     )
+
+
+def alternation(repeat: int) -> list[tuple[int, tuple[str, str]]]:
+    """The A/B order: pass k on both sides, base first for even k (ABBA ABBA ...), so that
+    neither side always runs first after the other one's load."""
+    return [
+        (k, ("base", "candidate") if k % 2 == 0 else ("candidate", "base")) for k in range(repeat)
+    ]
+
+
+def run_ab(
+    plan: Plan,
+    base: ServerHandle,
+    candidate: ServerHandle,
+    progress: Progress | None = None,
+) -> Outcome:
+    """Measure both sides pass by pass, alternating, and judge the candidate against the base.
+
+    Only one side takes load at a time; pass k of both replays schedule k, so the
+    verdict pairs pass k with pass k. Each side's server stays up between its passes.
+    """
+    handles = {"base": base, "candidate": candidate}
+    recorded: dict[str, list[Measurement]] = {"base": [], "candidate": []}
+    for k, order in alternation(plan.repeat):
+        for side in order:
+            handle = handles[side]
+
+            def say(message: str, side: str = side, k: int = k) -> None:
+                if progress is not None:
+                    name = handles[side].profile
+                    progress(f"A/B pass {k + 1}/{plan.repeat} {side} ({name}): {message}")
+
+            say("starting")
+            recorded[side].append(measure(handle, plan.workload, 1, say, first_index=k))
+    sides = {
+        side: assemble(
+            plan.workload,
+            [p for m in found for p in m.passes],
+            [g for m in found for g in m.gauges],
+        )
+        for side, found in recorded.items()
+    }
+    checks = thresholds.check(sides["candidate"].metrics, plan.thresholds)
+    verdict = gate.ab(
+        sides["base"],
+        sides["candidate"],
+        base.provenance,
+        candidate.provenance,
+        plan.tolerances,
+        gate.gated_metrics(sides["candidate"], plan.gate),
+    )
+    return Outcome(plan.test_id, candidate.provenance, sides["candidate"], checks, verdict)
 
 
 def run_test(

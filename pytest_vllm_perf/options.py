@@ -151,6 +151,14 @@ OPTIONS: Final = (
         "write PNG plots into this folder (needs matplotlib)",
     ),
     Option(
+        "--vllm-ab",
+        "vllm_ab",
+        text,
+        None,
+        "A/B: also run each perf test under this base profile, alternating passes, "
+        "and judge the selected profile against it (no stored baseline)",
+    ),
+    Option(
         "--vllm-repeat",
         "vllm_repeat",
         repeat_count,
@@ -245,6 +253,7 @@ class Settings:
     tolerances: Mapping[str, float] = field(default_factory=dict)
     profile_given: bool = False
     gate_other_release: bool = False
+    ab_base: str | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -282,7 +291,15 @@ class Settings:
             tolerances=_tolerances(config),
             profile_given=_raw(config, "vllm_profile")[0] not in (None, "default"),
             gate_other_release=_flag(config, "vllm_gate_other_release"),
+            ab_base=values["vllm_ab"],
         )
+        if settings.ab_base is not None:
+            if mode is not SaveMode.COMPARE:
+                raise pytest.UsageError(
+                    "--vllm-ab compares two live sides and stores nothing: "
+                    "drop --vllm-save-baseline / --vllm-add-boot"
+                )
+            settings.load_profile(settings.ab_base)
         if settings.profile_given:
             for name in settings.profiles:
                 settings.load_profile(name)  # fail before anything boots

@@ -148,12 +148,26 @@ def vllm_server(request: pytest.FixtureRequest, vllm_profile: Profile) -> Server
 def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iterator[PerfFixture]:
     """Run workloads against this test's vLLM server: ``vllm_perf.run("interference")``."""
     config = request.config
+    settings = config.stash[SETTINGS]
+    pool = config.stash[POOL]
+    base, failure = None, ""
+    mark = request.node.get_closest_marker("vllm_perf")
+    if settings.ab_base is not None and not (mark and mark.kwargs.get("profile")):
+        # A/B: the base side's server, kept up beside the candidate's (its own slot);
+        # a test pinned to a profile by its marker is not part of the comparison
+        try:
+            base = pool.get(settings.load_profile(settings.ab_base), slot="base")
+        except ServerError as exc:
+            failure = str(exc)  # failed outside the handler: the error is printed once
+    if failure:
+        pytest.fail(failure, pytrace=False)
     yield PerfFixture(
         request.node,
-        config.stash[SETTINGS],
+        settings,
         vllm_server,
         config.stash[OUTCOMES].append,
-        config.stash[POOL].progress,
+        pool.progress,
+        base,
     )
 
 

@@ -210,6 +210,7 @@ class GateStatus(StrEnum):
     OTHER_HARDWARE = "other hardware"
     # compared and shown, not gated: the baseline was measured with another vLLM release
     OTHER_RELEASE = "other release"
+    AB = "a/b"  # compared with the base side of an A/B run, not with a stored baseline
 
 
 @dataclass(frozen=True)
@@ -251,7 +252,7 @@ class GateResult:
 
     def summary(self) -> str:
         """One word per outcome for tables: the worst gated verdict, or the status."""
-        if self.status is not GateStatus.COMPARED:
+        if self.status not in (GateStatus.COMPARED, GateStatus.AB):
             return str(self.status)
         order = (Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.IMPROVED, Verdict.UNCHANGED)
         found = {v.verdict for v in self.verdicts if v.gated}

@@ -107,8 +107,12 @@ async def run(
     progress_every_s: float = 5.0,
     repeat: int = 1,
     gauges_every_s: float | None = GAUGES_EVERY_S,
+    first_index: int = 0,
 ) -> Recording:
     """Run ``workload`` ``repeat`` times back to back against ``base_url``.
+
+    The passes replay schedules ``first_index`` .. ``first_index + repeat - 1``: an
+    A/B run measures pass k on each side in turn (``first_index=k, repeat=1``).
 
     ``gauges_every_s`` None reads no gauges during the run (for checking that
     reading them does not move the latencies; see bench/gate_power.py).
@@ -131,7 +135,7 @@ async def run(
                 if gauges_every_s is not None:
                     stack.enter_context(sampler)
                 stack.enter_context(_frozen_gc())
-                for i in range(repeat):
+                for i in range(first_index, first_index + repeat):
                     state.label = f" pass {i + 1}/{repeat}" if repeat > 1 else ""
                     passes.append(await _pass(state, i))
         finally:

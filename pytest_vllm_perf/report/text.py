@@ -24,7 +24,7 @@ from pytest_vllm_perf.core.records import (
     Verdict,
 )
 from pytest_vllm_perf.core.registry import METRICS, split_key
-from pytest_vllm_perf.verdict import compare
+from pytest_vllm_perf.verdict import compare, stats
 from pytest_vllm_perf.verdict.gate import current_passes
 
 __all__ = [
@@ -127,14 +127,16 @@ def describe_verdict(v: MetricVerdict) -> str:
 
 
 def regression_message(gate: GateResult) -> str:
+    ab = gate.status is GateStatus.AB
+    other = "the base side" if ab else "the baseline"
     lines = [f"vLLM perf regression against {gate.path}:"]
     lines += [
         ("  >> " if v in gate.regressions else "     ") + describe_verdict(v) for v in gate.verdicts
     ]
     lines.append(
-        "  changed since the baseline:"
+        f"  differs from {other}:"
         if gate.changes
-        else "  nothing recorded changed since the baseline (same profile, versions and model)"
+        else f"  nothing recorded differs from {other} (same profile, versions and model)"
     )
     lines += ["    " + c for c in gate.changes]
     return "\n".join(lines)
@@ -170,6 +172,13 @@ def gate_notes(outcomes: Sequence[Outcome]) -> list[str]:
         where = f"{o.test_id} [{o.profile}]"
         for problem in o.result.overloaded:
             lines.append(f"{where}: overloaded {problem}")
+        for p in o.result.passes:
+            for cls, gap in stats.bursts(o.result.workload, p).items():
+                lines.append(
+                    f"{where}: pass {p.index + 1}: class {cls!r} streamed in bursts (median "
+                    f"gap {gap * 1000:.2f} ms; the API server was starved): its ITL and TPOT "
+                    "are left out of the verdict"
+                )
         g = o.gate
         if g is None:
             continue

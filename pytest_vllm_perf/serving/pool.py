@@ -1,8 +1,12 @@
-"""One vLLM server at a time, booted lazily per profile and reused across tests.
+"""vLLM servers, booted lazily per profile and reused across tests.
 
-Two servers on one accelerator corrupt each other's figures, so asking for a
-profile other than the running one stops the running one first. A profile whose
-boot failed is remembered, so its other tests fail at once instead of rebooting.
+Two servers under load on one accelerator corrupt each other's figures, so each
+slot holds one server, and asking a slot for another profile stops its server
+first. Normal runs use one slot. An A/B run (``--vllm-ab``) uses two, ``main``
+for the candidate and ``base``, both up and only one loaded at a time
+(``measure.run_ab``); on a GPU their profiles must split the memory between them
+(``gpu_memory_utilization``). A profile whose boot failed is remembered, so its
+other tests fail at once instead of rebooting.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ class ServerHandle:
 class ServerPool:
     config: PoolConfig
     progress: Progress = field(default=_quiet)
-    _current: tuple[Profile, ServerHandle] | None = None
+    _resident: dict[str, tuple[Profile, ServerHandle]] = field(default_factory=dict)
     _failed: dict[str, str] = field(default_factory=dict)
     _model: tuple[str, bool] | None = None
 
@@ -93,22 +97,24 @@ class ServerPool:
         spec = ServerSpec(model, tuple(profiles.to_argv(args)), dict(profile.env))
         return spec, EngineSettings(args, settings.notes), platform
 
-    def get(self, profile: Profile) -> ServerHandle:
-        """A healthy server running ``profile``, booting it (and stopping another) if needed."""
-        if self._current and self._current[0] == profile:
-            self._current[1].check_alive()
-            return self._current[1]
+    def get(self, profile: Profile, slot: str = "main") -> ServerHandle:
+        """A healthy server running ``profile`` in ``slot``, booting it (and stopping the
+        slot's other server) if needed."""
+        current = self._resident.get(slot)
+        if current and current[0] == profile:
+            current[1].check_alive()
+            return current[1]
         if profile.name in self._failed:
             raise ServerError(
                 f"profile {profile.name!r} failed to boot earlier:\n{self._failed[profile.name]}"
             )
-        self.stop()
+        self._stop_slot(slot)
         try:
             handle = self._start(profile)
         except ServerError as exc:
             self._failed[profile.name] = str(exc)
             raise
-        self._current = (profile, handle)
+        self._resident[slot] = (profile, handle)
         return handle
 
     def _provenance(
@@ -134,7 +140,7 @@ class ServerPool:
         if self.config.external_url:
             return self._attach(profile)
         spec, settings, platform = self.spec(profile)
-        if platform == "cuda":
+        if platform == "cuda" and not self._resident:
             wait_for_gpu_memory(self.config.gpu_release_timeout_s, self.progress)
         log = self.config.cache_dir / "logs" / f"{profile.name}-{int(time.time())}.log"
         vllm = VllmServer(spec, log, self.config.boot_timeout_s)
@@ -162,10 +168,15 @@ class ServerPool:
         provenance = self._provenance(profile, platform, model, settings, [], None)
         return ServerHandle(server.base_url, model, platform, provenance, server)
 
-    def stop(self) -> None:
-        current, self._current = self._current, None
+    def _stop_slot(self, slot: str) -> None:
+        current = self._resident.pop(slot, None)
         if current and isinstance(current[1].server, VllmServer):
             current[1].server.stop()
+
+    def stop(self) -> None:
+        """Stop every server this pool started."""
+        for slot in list(self._resident):
+            self._stop_slot(slot)
 
 
 def served_model(base_url: str) -> str:

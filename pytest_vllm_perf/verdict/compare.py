@@ -136,6 +136,7 @@ def _usable(logs: np.ndarray) -> bool:
 
 def _one(key: str, base: Sequence[Passes], cur: Passes, pairs: int, seed: int) -> _Result:
     """One metric's comparison; ``pairs`` is the fewest pairs to pair passes by (0: never)."""
+    single = min(sum(len(b.metrics) for b in base), len(cur.metrics)) < 2
     base = [b for b in (b.measured(key) for b in base) if b.metrics] or list(base)
     measured = cur.measured(key)
     cur = measured if measured.metrics else cur
@@ -147,8 +148,13 @@ def _one(key: str, base: Sequence[Passes], cur: Passes, pairs: int, seed: int) -
     cur_logs = _transform(key, cur_values, cur.durations)
     if not (_usable(base_logs) and _usable(cur_logs)):
         return _Result(b_med, c_med, math.nan, math.nan, math.nan, math.nan, "no finite values")
-    if min(len(base_logs), len(cur_logs)) < 2:
+    if single:
         return _bootstrap(key, base, cur, b_med, c_med, seed)
+    if min(len(base_logs), len(cur_logs)) < 2:
+        # passes were left out (a class without requests, a pass streamed in bursts):
+        # time blocks of the raw passes would bring back exactly what was left out
+        basis = f"{len(base_logs)} vs {len(cur_logs)} passes measured it"
+        return _Result(b_med, c_med, math.nan, math.nan, math.nan, math.nan, basis)
     drift = float(np.ptp([np.median(x) for x in logs])) if len(logs) > 1 else 0.0
     by_index = _pairs(logs, base, cur, cur_logs, pairs) if pairs else None
     if by_index is not None:

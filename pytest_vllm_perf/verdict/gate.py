@@ -16,7 +16,7 @@ from pytest_vllm_perf.core.records import GateResult, GateStatus, Measurement, P
 from pytest_vllm_perf.core.registry import COMPARED
 from pytest_vllm_perf.verdict import baseline, compare
 
-__all__ = ["SaveMode", "compared_metrics", "evaluate", "gated_metrics"]
+__all__ = ["SaveMode", "ab", "compared_metrics", "evaluate", "gated_metrics"]
 
 
 class SaveMode(StrEnum):
@@ -113,13 +113,49 @@ def evaluate(
     return GateResult(GateStatus.COMPARED, path, tuple(verdicts), changes, note)
 
 
+def ab(
+    base: Measurement,
+    candidate: Measurement,
+    base_provenance: Provenance,
+    candidate_provenance: Provenance,
+    tolerances: Mapping[str, float],
+    gated: Sequence[str],
+) -> GateResult:
+    """The candidate side against the base side of one A/B run, pass k against pass k."""
+    base_passes, current = current_passes(base), current_passes(candidate)
+    verdicts = compare.compare(
+        [base_passes], current, compared_metrics(gated), tolerances, gated=gated, pair=True
+    )
+    changes = _diff(
+        base_provenance.profile_settings,
+        base_provenance.environment.to_dict(),
+        candidate_provenance,
+    )
+    note = (
+        f"A/B: {candidate_provenance.profile!r} against {base_provenance.profile!r}, "
+        "two servers up, one loaded at a time, passes alternated (ABBA)"
+    )
+    more = compare.passes_note([base_passes], current, len(gated))
+    if more and "one boot" not in more:
+        note += "; " + more
+    label = f"the A/B base side {base_provenance.profile!r}"
+    return GateResult(GateStatus.AB, Path(label), tuple(verdicts), tuple(changes), note)
+
+
 def _changes(stored: baseline.Baseline, provenance: Provenance) -> list[str]:
     """What differs since the baseline: profile settings, versions, model, placement."""
-    lines = [
-        "profile " + d
-        for d in profiles.diff(stored.data.get("profile", {}), provenance.profile_settings)
-    ]
-    old_env = stored.environment
+    return _diff(stored.data.get("profile", {}), stored.environment, provenance)
+
+
+def _diff(
+    old_profile: Mapping[str, object], old_env: Mapping[str, object], provenance: Provenance
+) -> list[str]:
+    # the name and description say nothing about what was measured
+    old, new = (
+        {k: v for k, v in p.items() if k not in ("name", "description")}
+        for p in (old_profile, provenance.profile_settings)
+    )
+    lines = ["profile " + d for d in profiles.diff(old, new)]
     new_env = provenance.environment.to_dict()
     for key in ("vllm_version", "torch_version", "model", "parallelism"):
         if key in old_env and old_env.get(key) != new_env.get(key):

@@ -105,7 +105,7 @@ def test_regression_fails_with_metric_and_profile_diff(project, fake_vllm):
         [
             "*vLLM perf regression against*p.json*",
             f"*>> tpot_mean_ms:*over {PASSES} vs {PASSES} passes*regressed*",
-            "*changed since the baseline:*",
+            "*differs from the baseline:*",
             "*profile engine.max_num_seqs (unset) -> 1*",
         ]
     )
@@ -277,3 +277,27 @@ def test_add_boot_keeps_earlier_boots_and_the_verdict_says_so(project, fake_vllm
         f"--vllm-url={fake_vllm.url}", "--vllm-save-baseline", "--vllm-add-boot"
     )
     assert both.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_ab_mode_compares_two_sides_without_a_stored_baseline(project, fake_vllm):
+    """Both sides measure the same fake server here (A/A through the plugin surface);
+    tests/engine/test_engine_gate.py runs A/B between two real servers."""
+    result = run(project, fake_vllm, "--vllm-ab=default", "-s")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "A/B pass 1/6 base (default)" in out and "A/B pass 1/6 candidate (p)" in out
+    result.stdout.fnmatch_lines(
+        ["*test_perf*p*pass*", "*'p' against 'default', two servers up, one loaded at a time*"]
+    )
+    assert "regressed" not in out
+    assert stored(project) == []  # nothing is stored in A/B mode
+    result.stdout.re_match_lines([r".*::test_perf\s+p\s.*pass\s+(unchanged|inconclusive|improved)"])
+
+
+def test_ab_mode_usage_errors(project, fake_vllm):
+    result = run(project, fake_vllm, "--vllm-ab=nosuch")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown vLLM profile 'nosuch'*"])
+    result = run(project, fake_vllm, "--vllm-ab=default", "--vllm-save-baseline")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--vllm-ab compares two live sides and stores nothing*"])

@@ -179,3 +179,18 @@ def test_a_pass_without_requests_of_a_class_is_left_out_of_that_class_only():
     assert found["c.ttft_p50_ms"].basis.startswith("5 vs 6 passes")
     assert found["c.ttft_p50_ms"].verdict is Verdict.REGRESSED
     assert found["itl_p50_ms"].basis.startswith("6 vs 6 passes")
+
+
+def test_a_metric_left_out_of_all_but_one_pass_is_inconclusive_not_bootstrapped():
+    """Passes that streamed in bursts lose their ITL and TPOT; time blocks of the raw
+    passes would bring those bursts back, so one measured pass gives no verdict."""
+    base = side([1.0] * 6, 0)
+    cur = side([3.0] * 6, 100)
+    holes = [dict(m) for m in cur.metrics]
+    for m in holes[1:]:
+        m["tpot_mean_ms"] = math.nan
+    cur = compare.Passes(tuple(holes), cur.indices, cur.durations, cur.records)
+    found = verdicts([base], cur, keys=("tpot_mean_ms", "itl_p50_ms"))
+    assert found["tpot_mean_ms"].verdict is Verdict.INCONCLUSIVE
+    assert found["tpot_mean_ms"].basis == "6 vs 1 passes measured it"
+    assert found["itl_p50_ms"].verdict is Verdict.REGRESSED

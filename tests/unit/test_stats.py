@@ -73,3 +73,29 @@ def test_summarize_covers_the_registry_and_value_agrees_with_it():
     assert set(summary) == {k for k, m in METRICS.items() if m.source == "request"}
     for name, expected in summary.items():
         assert stats.value(name, records, 2) == pytest.approx(expected, nan_ok=True), name
+
+
+def test_a_class_that_streamed_in_bursts_has_no_per_chunk_metrics_in_that_pass():
+    """A starved API server sends queued chunks together: gaps near 0 would make the
+    pass look fast on ITL and TPOT, so those are left out; TTFT and throughput stay."""
+    from pytest_vllm_perf.core.records import PassRecord
+    from pytest_vllm_perf.core.workload import RequestClass, Workload
+
+    load = Workload(
+        "w", (RequestClass("chat", 8, 11, users=2), RequestClass("long", 64, 2, rate=1))
+    )
+    burst = tuple(record(ttft=0.9, itl=(0.00001,) * 10, e2el=0.9, tokens=11, expected=11)
+                  for _ in range(4))  # fmt: skip
+    steady = tuple(record(ttft=0.01, itl=(0.003,) * 10, e2el=0.04, tokens=11, expected=11)
+                   for _ in range(4))  # fmt: skip
+    long = (record(itl=(0.00001,), cls="long", tokens=2, expected=2),)
+    starved = stats.pass_metrics(load, PassRecord(burst + long, 5.0))
+    assert stats.bursts(load, PassRecord(burst + long, 5.0)) == {"chat": pytest.approx(0.00001)}
+    for key in ("chat.itl_p99_ms", "chat.tpot_mean_ms", "itl_p50_ms", "tpot_mean_ms"):
+        assert math.isnan(starved[key]), key
+    assert starved["chat.ttft_p50_ms"] == pytest.approx(900)
+    assert starved["chat.output_throughput"] == pytest.approx(44 / 5)
+    assert not math.isnan(starved["long.itl_p50_ms"])  # one gap: too few to judge
+    healthy = stats.pass_metrics(load, PassRecord(steady + long, 5.0))
+    assert healthy["chat.itl_p50_ms"] == pytest.approx(3)
+    assert stats.bursts(load, PassRecord(steady + long, 5.0)) == {}

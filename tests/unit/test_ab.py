@@ -1,0 +1,102 @@
+"""A/B runs: the alternation order and the paired verdict on recorded passes."""
+
+from __future__ import annotations
+
+import random
+
+from pytest_vllm_perf.core.records import (
+    Environment,
+    GateStatus,
+    PassRecord,
+    Provenance,
+    RequestRecord,
+    Verdict,
+)
+from pytest_vllm_perf.core.workload import RequestClass, Workload
+from pytest_vllm_perf.measure import alternation, assemble
+from pytest_vllm_perf.verdict import gate
+
+LOAD = Workload("w", (RequestClass("c", 16, 32, users=1),), gate=("tpot_mean_ms",))
+ENV = Environment("cpu", "cpu: test", "0.32.0", "2.9", "3.11")
+
+
+def provenance(name: str, engine: dict) -> Provenance:
+    settings = {"name": name, "engine": engine, "env": {}, "cpu": {}}
+    return Provenance(name, settings, name, (), (), ENV)
+
+
+def recorded(scale: float, schedule_noise: list[float], seed: int):
+    """8 passes; pass k's level is the schedule's (shared by both sides) times ``scale``."""
+    passes = []
+    for k, level in enumerate(schedule_noise):
+        rng = random.Random(seed * 100 + k)
+        s = scale * level
+        records = tuple(
+            RequestRecord(
+                "c",
+                i * 0.1,
+                0.1 * s,
+                tuple(0.01 * s * rng.uniform(0.9, 1.1) for _ in range(31)),
+                0.5 * s,
+                16,
+                32,
+                32,
+            )
+            for i in range(60)
+        )
+        passes.append(PassRecord(records, 6.0, index=k))
+    return assemble(LOAD, passes, ())
+
+
+def test_alternation_is_abba_and_each_side_runs_every_pass_once():
+    order = alternation(4)
+    assert [k for k, _ in order] == [0, 1, 2, 3]
+    assert [o for _, o in order] == [
+        ("base", "candidate"),
+        ("candidate", "base"),
+        ("base", "candidate"),
+        ("candidate", "base"),
+    ]
+    flat = [side for _, o in order for side in o]
+    assert flat == ["base", "candidate", "candidate", "base"] * 2
+
+
+# Passes differ by their schedule far more than a 20% change: pairing cancels that.
+SCHEDULE = [1.0, 1.6, 0.8, 1.3, 0.7, 1.5, 1.1, 0.9]
+
+
+def test_paired_verdict_catches_a_change_smaller_than_the_spread_between_passes():
+    base = recorded(1.0, SCHEDULE, 1)
+    slower = recorded(1.2, SCHEDULE, 2)
+    result = gate.ab(
+        base,
+        slower,
+        provenance("default", {}),
+        provenance("chunked", {"max_num_batched_tokens": 2048}),
+        {"tpot_mean_ms": 0.1},
+        ["tpot_mean_ms"],
+    )
+    assert result.status is GateStatus.AB
+    [tpot] = [v for v in result.verdicts if v.metric == "tpot_mean_ms"]
+    assert tpot.verdict is Verdict.REGRESSED and tpot.gated
+    assert "paired" in tpot.basis
+    assert 1.15 < tpot.ratio < 1.25
+    assert result.regressions == [tpot]
+    assert "profile engine.max_num_batched_tokens (unset) -> 2048" in result.changes
+    assert "'chunked' against 'default'" in result.note
+    assert result.summary() == "regressed"
+
+
+def test_a_a_comes_out_clean():
+    result = gate.ab(
+        recorded(1.0, SCHEDULE, 1),
+        recorded(1.0, SCHEDULE, 2),
+        provenance("default", {}),
+        provenance("default", {}),
+        {"tpot_mean_ms": 0.1},
+        ["tpot_mean_ms"],
+    )
+    assert not result.regressions
+    [tpot] = [v for v in result.verdicts if v.metric == "tpot_mean_ms"]
+    assert tpot.verdict is Verdict.UNCHANGED
+    assert result.changes == ()
