@@ -23,8 +23,10 @@ from pytest_vllm_perf.core.workload import Workload, pass_count
 from pytest_vllm_perf.options import Settings
 from pytest_vllm_perf.report import text
 from pytest_vllm_perf.serving.pool import ServerHandle
+from pytest_vllm_perf.verdict import baseline
+from pytest_vllm_perf.verdict.gate import SaveMode
 
-__all__ = ["MARKER_DOCS", "MARKER_KEYS", "PerfFixture", "preflight"]
+__all__ = ["MARKER_DOCS", "MARKER_KEYS", "PerfFixture", "preflight", "stored_baselines"]
 
 # Marker keywords with a meaning of their own; every other keyword overrides a workload field.
 T = TypeVar("T")
@@ -217,6 +219,16 @@ def preflight(node: pytest.Item, settings: Settings) -> list[str]:
         for name in [pinned] if isinstance(pinned, str) else list(pinned):
             check("profile", functools.partial(settings.load_profile, name))
     return problems
+
+
+def stored_baselines(node: pytest.Item, settings: Settings) -> list[str]:
+    """Problems with the baselines a perf test under one profile will read, found before
+    any server boots (a corrupt file was found after 79 s of load on the CPU engine)."""
+    callspec = getattr(node, "callspec", None)
+    profile = callspec.params.get("vllm_profile") if callspec else None
+    if not profile or settings.save_mode is SaveMode.SAVE or settings.ab_base is not None:
+        return []
+    return baseline.check_stored(settings.baseline_dir, node.nodeid.split("[")[0], profile)
 
 
 def _reported(action: Callable[[], T]) -> T:

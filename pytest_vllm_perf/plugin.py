@@ -18,7 +18,7 @@ from pytest_vllm_perf import options
 from pytest_vllm_perf.config.profiles import Profile
 from pytest_vllm_perf.core.errors import PlotsUnavailable, ServerError
 from pytest_vllm_perf.core.records import Outcome, Progress
-from pytest_vllm_perf.fixture import PerfFixture, preflight
+from pytest_vllm_perf.fixture import PerfFixture, preflight, stored_baselines
 from pytest_vllm_perf.report import plots, text
 from pytest_vllm_perf.serving import server
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
@@ -103,8 +103,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Check every perf test's marker, then group perf tests by profile (stable), so each
-    server boots once per session."""
+    """Check every perf test's marker and stored baselines, then group perf tests by
+    profile (stable), so each server boots once per session."""
     settings = config.stash[SETTINGS]
     seen: set[str] = set()
     problems: list[str] = []
@@ -113,6 +113,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if test not in seen:
             seen.add(test)
             problems += preflight(item, settings)
+        problems += stored_baselines(item, settings)
     if problems:
         raise pytest.UsageError("\n".join(problems))
     order = {name: i for i, name in enumerate(settings.profiles)}

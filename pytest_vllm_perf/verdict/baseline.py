@@ -41,6 +41,7 @@ __all__ = [
     "Baseline",
     "BaselineError",
     "add_boot",
+    "check_stored",
     "document",
     "find_other_hardware",
     "load",
@@ -117,6 +118,19 @@ def load(path: Path) -> Baseline | None:
             f"corrupt vLLM perf baseline {path}: {type(exc).__name__}: {exc}. "
             "The file was left as it is; fix or delete it, or re-save with --vllm-save-baseline."
         ) from None
+
+
+def check_stored(root: Path, test_id: str, profile: str) -> list[str]:
+    """Problems with the stored baselines of one test and profile, on any hardware class:
+    read before anything boots, so that a corrupt file is not found after the load."""
+    problems = []
+    if root.is_dir():
+        for hardware in sorted(p for p in root.iterdir() if p.is_dir()):
+            try:
+                load(hardware / slug(test_id) / f"{slug(profile)}.json")
+            except BaselineError as exc:
+                problems.append(str(exc))
+    return problems
 
 
 def _boot(boot: Mapping[str, Any]) -> Passes:

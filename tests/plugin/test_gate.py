@@ -115,10 +115,15 @@ def test_corrupt_baseline_is_an_error_and_left_untouched(project, fake_vllm):
     run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
     [path] = stored(project)
     path.write_text('{"schema": 1, "samples": ')
+    requests = len(fake_vllm.requests)
     result = run(project, fake_vllm)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([f"*corrupt vLLM perf baseline {path}*"])
+    # found at collection, before any load: a usage error naming the file
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*corrupt vLLM perf baseline {path}*"])
+    assert len(fake_vllm.requests) == requests
     assert path.read_text() == '{"schema": 1, "samples": '
+    # saving over it is how a user replaces it: not blocked
+    run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
 
 
 def test_other_hardware_is_not_compared(project, fake_vllm):
