@@ -19,6 +19,8 @@ class FakeVllm:
     delay_s: float = 0.002
     short_by: int = 0
     preemptions: float = 0.0
+    fail_every: int = 0  # answer every n-th completion with HTTP 500 (0: never)
+    stall_every: int = 0  # stop every n-th stream half-way, without closing it (0: never)
     requests: list[dict] = field(default_factory=list)
 
     def app(self) -> web.Application:
@@ -51,10 +53,16 @@ class FakeVllm:
     async def complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        count = len(self.requests)
+        if self.fail_every and count % self.fail_every == 0:
+            return web.Response(status=500, text="Internal Server Error")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         n = body["max_tokens"] - self.short_by
+        stall = self.stall_every and count % self.stall_every == 0
         for i in range(n):
+            if stall and i == n // 2:
+                await asyncio.sleep(3600)  # a server that stops mid-stream
             await asyncio.sleep(self.delay_s)
             chunk = {"choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}]}
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())

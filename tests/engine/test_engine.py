@@ -37,7 +37,10 @@ def test_perf(vllm_perf):
 
 
 def test_workload_measures_real_tokens(real_server):
-    result = measure(real_server, QUICK)
+    # gauges every 0.5 s: this checks that they are read during the load; at the default
+    # 2 s, a 6 s pass on a stalled 2-core VM once got no reading while a request was in
+    # flight (KV usage 0 in every reading)
+    result = measure(real_server, QUICK, gauges_every_s=0.5)
     checks = thresholds.check(result.metrics, {"failed": 0})
     assert all(c.passed for c in checks), result.failures[:3]
     assert result.metrics["chat.completed"] >= 2

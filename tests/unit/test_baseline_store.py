@@ -1,14 +1,18 @@
 from __future__ import annotations
 
+import errno
 import json
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
 import pytest
 
+from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.verdict import baseline
 
 
@@ -36,8 +40,7 @@ def test_killed_writer_never_leaves_a_partial_file(tmp_path):
     baseline.save(path, {"generation": -1, "pad": "x" * 10})
     writer = textwrap.dedent(f"""
         from pathlib import Path
-        from pytest_vllm_perf.verdict import baseline
-        i = 0
+            i = 0
         while True:
             baseline.save(Path({str(path)!r}), {{"generation": i, "pad": "x" * 4_000_000}})
             i += 1
@@ -49,3 +52,33 @@ def test_killed_writer_never_leaves_a_partial_file(tmp_path):
         proc.wait()
         data = json.loads(path.read_text())  # whole, whichever generation it is
         assert data["pad"] in ("x" * 10, "x" * 4_000_000)
+
+
+def test_a_full_disk_while_saving_leaves_the_old_baseline_intact(tmp_path, monkeypatch):
+    """ENOSPC on the temp file's fsync: the error names the file, the old one survives,
+    and no temp file is left beside it."""
+    path = tmp_path / "hw" / "test" / "default.json"
+    baseline.save(path, {"schema": 3, "old": True})
+    before = path.read_bytes()
+
+    def full(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(BaselineError, match=f"cannot write baseline {path}: No space left"):
+        baseline.save(path, {"schema": 3, "new": True, "pad": "x" * 100_000})
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["default.json"]
+
+
+def test_a_baseline_folder_that_cannot_be_written_is_an_error_naming_it(tmp_path, monkeypatch):
+    """Root ignores permission bits, so the refusal is simulated where the OS raises it."""
+
+    def denied(*_args, **_kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(tempfile, "mkstemp", denied)
+    path = tmp_path / "store" / "hw" / "t" / "default.json"
+    with pytest.raises(BaselineError, match=f"cannot write baseline {path}: Permission denied"):
+        baseline.save(path, {"schema": 3})
+    assert not path.exists()
