@@ -116,6 +116,7 @@ def measure(
             repeat=repeat,
             gauges_every_s=gauges_every_s,
             first_index=first_index,
+            alive=getattr(handle.server, "running", None),
         )
     )
     handle.check_alive()

@@ -30,17 +30,47 @@ def vllm_processes(marker: str) -> list[str]:
     return found
 
 
-def tagged_processes(tag: str) -> list[int]:
-    """Live processes whose environment carries ``VLLM_PERF_TEST_TAG=tag``: a server
-    started under that tag and every process it forked (engine core, workers)."""
+def _stat(pid_dir: Path) -> tuple[str, int] | None:
+    """(state, session id) of a process, None if it is gone."""
+    try:
+        fields = (pid_dir / "stat").read_text().split(")")[-1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[3])  # state, then ppid, pgrp, session
+
+
+def server_sessions(tag: str) -> set[int]:
+    """Sessions led by a tagged process: each server runs in its own (start_new_session)."""
+    return {pid for pid in _tagged(tag) if (st := _stat(Path(f"/proc/{pid}"))) and st[1] == pid}
+
+
+def session_members(sessions: set[int]) -> list[int]:
+    """Live (not zombie) processes of these sessions, even after their leader died."""
+    found = []
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        st = _stat(pid_dir)
+        if st and st[1] in sessions and st[0] != "Z":
+            found.append(int(pid_dir.name))
+    return found
+
+
+def _tagged(tag: str) -> list[int]:
     found = []
     needle = f"VLLM_PERF_TEST_TAG={tag}".encode()
     for environ in Path("/proc").glob("[0-9]*/environ"):
         try:
             if needle in environ.read_bytes().split(b"\0"):
-                status = (environ.parent / "stat").read_text()
-                if status.split(")")[-1].split()[0] != "Z":  # a zombie holds nothing
+                st = _stat(environ.parent)
+                if st and st[0] != "Z":  # a zombie holds nothing
                     found.append(int(environ.parent.name))
         except (OSError, ValueError):
             continue
     return found
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Live processes started under ``VLLM_PERF_TEST_TAG=tag``: those whose environment
+    carries it, and every process in a server's session. vLLM renames its engine core
+    and workers with setproctitle, which overwrites their environment, so the tag is
+    not readable there: the session (the server's process group leader's) finds them."""
+    return sorted(set(_tagged(tag)) | set(session_members(server_sessions(tag))))

@@ -7,6 +7,7 @@ The built-in catalog and YAML loading live in ``config.workloads``.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from collections.abc import Mapping
@@ -104,18 +105,27 @@ class Workload:
             elif key in by_name and isinstance(value, Mapping):
                 by_name[key] = _replace_class(by_name[key], value)
             else:
+                hint = _hint(key, top | set(by_name))
                 raise WorkloadError(
-                    f"workload {self.name!r}: unknown override {key!r}; fields: "
-                    f"{', '.join(sorted(top))}; classes: {', '.join(by_name)}"
+                    f"workload {self.name!r}: unknown override {key!r}{hint}; "
+                    f"fields: {', '.join(sorted(top))}; classes: {', '.join(by_name)}"
                 )
         return replace(self, classes=tuple(by_name.values()), **updates)
+
+
+def _hint(name: str, valid: set[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(valid), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _replace_class(cls: RequestClass, changes: Mapping[str, Any]) -> RequestClass:
     known = {f.name for f in fields(cls)} - {"name"}
     unknown = sorted(set(changes) - known)
     if unknown:
-        raise WorkloadError(f"class {cls.name!r}: unknown field {unknown[0]!r}")
+        raise WorkloadError(
+            f"class {cls.name!r}: unknown field {unknown[0]!r}{_hint(unknown[0], known)}; "
+            f"fields: {', '.join(sorted(known))}"
+        )
     return replace(cls, **changes)
 
 

@@ -25,7 +25,7 @@ import gc
 import random
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,8 @@ class _Run:
     label: str = ""
     records: list[RequestRecord] = field(default_factory=list)
     inflight: int = 0
+    alive: Callable[[], bool] | None = None
+    dead: bool = False
 
     def spec(self, cls: RequestClass, rng: random.Random) -> client.RequestSpec:
         prompt: list[int] | str = (
@@ -83,6 +85,10 @@ class _Run:
         finally:
             self.inflight -= 1
         self.records.append(record)
+        if not record.ok and self.alive is not None and not self.dead and not self.alive():
+            # the server died: end the run now rather than fail requests until the deadline
+            self.dead = True
+            self.deadline = 0.0
 
     async def user(self, cls: RequestClass, rng: random.Random, delay_s: float) -> None:
         await asyncio.sleep(delay_s)
@@ -108,11 +114,15 @@ async def run(
     repeat: int = 1,
     gauges_every_s: float | None = GAUGES_EVERY_S,
     first_index: int = 0,
+    alive: Callable[[], bool] | None = None,
 ) -> Recording:
     """Run ``workload`` ``repeat`` times back to back against ``base_url``.
 
     The passes replay schedules ``first_index`` .. ``first_index + repeat - 1``: an
     A/B run measures pass k on each side in turn (``first_index=k, repeat=1``).
+    ``alive`` says whether the server process is still up; when a request fails and
+    it is not, the run ends at once (the caller then reports the dead server) instead
+    of failing requests until the pass's deadline.
 
     ``gauges_every_s`` None reads no gauges during the run (for checking that
     reading them does not move the latencies; see bench/gate_power.py).
@@ -123,7 +133,7 @@ async def run(
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         factory = await prompts.build(session, base_url, model)
-        state = _Run(workload, session, base_url, model, factory)
+        state = _Run(workload, session, base_url, model, factory, alive=alive)
         await _warmup(state)
         state.t0 = time.perf_counter()
         stop = asyncio.Event()
@@ -138,6 +148,8 @@ async def run(
                 for i in range(first_index, first_index + repeat):
                     state.label = f" pass {i + 1}/{repeat}" if repeat > 1 else ""
                     passes.append(await _pass(state, i))
+                    if state.dead:
+                        break
         finally:
             stop.set()
             await reporter

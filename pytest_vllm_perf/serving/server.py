@@ -71,6 +71,13 @@ class ServerSpec:
         return redact.argv(self.argv(port))
 
 
+PORT_ATTEMPTS = 2
+
+
+class _PortTaken(Exception):
+    """vLLM exited during boot because its port was in use."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
@@ -102,7 +109,30 @@ class VllmServer:
         return f"http://{self.spec.host}:{self.port}"
 
     def start(self, progress: Progress | None = None) -> None:
-        """Start the process and wait until ``/health`` answers, or raise ServerError."""
+        """Start the process and wait until ``/health`` answers, or raise ServerError.
+
+        The port is picked free, but another process can take it before vLLM binds it
+        (vLLM binds only after loading the model): then the boot is retried once on a
+        new port, and the log of the failed attempt is kept beside the new one.
+        """
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                self._start_once(progress)
+                return
+            except _PortTaken:
+                if attempt == PORT_ATTEMPTS - 1:
+                    raise ServerError(
+                        f"vLLM server could not bind port {self.port}: address already in "
+                        f"use, {PORT_ATTEMPTS} times{self._tail()}"
+                    ) from None
+                taken, self.port = self.port, free_port(self.spec.host)
+                self.log_path.rename(self.log_path.with_suffix(f".port-{taken}.log"))
+                if progress:
+                    progress(
+                        f"port {taken} was taken before vLLM bound it; retrying on {self.port}"
+                    )
+
+    def _start_once(self, progress: Progress | None) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("wb")
         env = {**os.environ, **QUIET_ENV, **self.spec.env}
@@ -130,6 +160,8 @@ class VllmServer:
             code = self.process.poll()
             now = time.monotonic()
             if code is not None:
+                if any("address already in use" in line.lower() for line in self.log_lines()):
+                    raise _PortTaken
                 raise ServerError(f"vLLM server exited with code {code} during boot{self._tail()}")
             if now - started > self.boot_timeout_s:
                 raise ServerError(
@@ -152,6 +184,10 @@ class VllmServer:
         if not self.log_path.is_file():
             return []
         return self.log_path.read_text(errors="replace").splitlines()
+
+    def running(self) -> bool:
+        """Whether the server process is still up (cheap: no request)."""
+        return self.process is not None and self.process.poll() is None
 
     def check_alive(self) -> None:
         """Raise ServerError if the process has died since it became healthy."""

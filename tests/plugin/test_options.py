@@ -83,14 +83,16 @@ def test_every_bad_marker_value_is_one_usage_error_line_before_anything_boots(py
     assert time.monotonic() - started < 60
     err = result.stderr.str()
     expected = {
-        "test_workload": "marker workload: unknown workload 'interferense'",
-        "test_override": "marker workload: class 'chat': unknown field 'userz'",
-        "test_field": "marker workload: workload 'mixed': unknown override 'duraton_s'",
-        "test_thresholds": "marker thresholds:",
-        "test_tolerances": "marker tolerances:",
-        "test_gate": "marker gate:",
-        "test_repeat": "marker repeat:",
-        "test_profile": "marker profile: unknown vLLM profile 'chunkd'",
+        "test_workload": "unknown workload 'interferense' (did you mean 'interference'?)",
+        "test_override": "class 'chat': unknown field 'userz' (did you mean 'users'?)",
+        "test_field": "unknown override 'duraton_s' (did you mean 'duration_s'?)",
+        "test_thresholds": "marker thresholds: unknown threshold 'ttft_p99': unknown metric "
+        "'ttft_p99'; did you mean 'ttft_p99_ms'?",
+        "test_tolerances": "marker tolerances: unknown metric 'itl_p99_msec'; did you mean "
+        "'itl_p99_ms'?",
+        "test_gate": "marker gate: unknown metric 'tpot_mean'; did you mean 'tpot_mean_ms'?",
+        "test_repeat": "marker repeat: repeat: expected a whole number of passes >= 1, got 0",
+        "test_profile": "marker profile: unknown vLLM profile 'chunkd' (did you mean 'chunked'?)",
     }
     lines = [line for line in err.splitlines() if "vllm_perf marker" in line]
     assert len(lines) == len(expected), err

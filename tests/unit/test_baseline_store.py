@@ -82,3 +82,19 @@ def test_a_baseline_folder_that_cannot_be_written_is_an_error_naming_it(tmp_path
     with pytest.raises(BaselineError, match=f"cannot write baseline {path}: Permission denied"):
         baseline.save(path, {"schema": 3})
     assert not path.exists()
+
+
+def test_ctrl_c_during_a_save_leaves_the_old_baseline_and_no_temp_file(tmp_path, monkeypatch):
+    """KeyboardInterrupt lands between the temp file's write and its rename."""
+    path = tmp_path / "hw" / "test" / "default.json"
+    baseline.save(path, {"schema": 3, "old": True})
+    before = path.read_bytes()
+
+    def interrupted(*_args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        baseline.save(path, {"schema": 3, "new": True})
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["default.json"]
