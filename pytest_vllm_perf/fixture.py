@@ -19,12 +19,14 @@ from pytest_vllm_perf import measure
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.errors import VllmPerfError
 from pytest_vllm_perf.core.records import GateStatus, Outcome, Progress
+from pytest_vllm_perf.core.registry import validate_tolerances
 from pytest_vllm_perf.core.workload import Workload, pass_count
 from pytest_vllm_perf.options import Settings
 from pytest_vllm_perf.report import text
 from pytest_vllm_perf.serving.pool import ServerHandle
 from pytest_vllm_perf.verdict import baseline
 from pytest_vllm_perf.verdict.gate import SaveMode
+from pytest_vllm_perf.verdict.thresholds import validate as validate_thresholds
 
 __all__ = ["MARKER_DOCS", "MARKER_KEYS", "PerfFixture", "preflight", "stored_baselines"]
 
@@ -196,21 +198,11 @@ def preflight(node: pytest.Item, settings: Settings) -> list[str]:
         value = marker.get("gate", ())
         if isinstance(value, str) or not all(isinstance(k, str) for k in value):
             raise VllmPerfError(f"expected a list of metric names, got {value!r}")
-        measure.Plan.resolve(where, workloads.named("decode"), 1, "cpu", gate_extra=value)
+        validate_tolerances(dict.fromkeys(value, 0.0))
 
     check("workload", lambda: _marker_workload(node, marker))
-    check(
-        "thresholds",
-        lambda: measure.Plan.resolve(
-            where, workloads.named("decode"), 1, "cpu", (mapping("thresholds"),)
-        ),
-    )
-    check(
-        "tolerances",
-        lambda: measure.Plan.resolve(
-            where, workloads.named("decode"), 1, "cpu", (), (mapping("tolerances"),)
-        ),
-    )
+    check("thresholds", lambda: validate_thresholds(mapping("thresholds")))
+    check("tolerances", lambda: validate_tolerances(mapping("tolerances")))
     check("gate", gate)
     if "repeat" in marker:
         check("repeat", lambda: pass_count(marker["repeat"], "repeat"))

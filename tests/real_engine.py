@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,23 @@ def require_engine() -> None:
         if os.environ.get("CI"):
             pytest.fail("vLLM is not installed, and CI must run the engine tests")
         pytest.skip("vLLM is not installed (make setup installs the CPU engine)")
+
+
+def start_pytest(folder: Path, tag: str) -> subprocess.Popen[str]:
+    """A pytest child in ``folder`` whose processes carry ``VLLM_PERF_TEST_TAG=tag``.
+
+    A background job of a shell starts with SIGINT ignored: the child gets the default
+    handler back, so that a test can interrupt it however the suite itself was started.
+    """
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s"],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "VLLM_PERF_TEST_TAG": tag},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler),
+    )
 
 
 def vllm_processes(marker: str) -> list[str]:

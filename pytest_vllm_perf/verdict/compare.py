@@ -258,8 +258,13 @@ def compare(
     return out
 
 
-def passes_note(base: Sequence[Passes], current: Passes, gated: int = 1) -> str:
+def passes_note(
+    base: Sequence[Passes], current: Passes, gated: int = 1, boots_matter: bool = True
+) -> str:
     """Say what the intervals cover, and when the passes cannot support a verdict.
+
+    ``boots_matter`` False (an A/B run, both sides measured in the same hour on the
+    same machine) leaves out the note that one baseline boot cannot show boot drift.
 
     With Holm over ``gated`` metrics, the smallest p must be below 5% / ``gated``.
     """
@@ -277,7 +282,7 @@ def passes_note(base: Sequence[Passes], current: Passes, gated: int = 1) -> str:
             f"verdict over {gated} gated metric(s) at 95%; use more passes "
             "(--vllm-repeat 6 on both sides gates up to 4 metrics)"
         )
-    if len(base) == 1:
+    if len(base) == 1 and boots_matter:
         return (
             "the baseline holds one boot: intervals cover noise inside a boot, not between "
             "boots; add boots with --vllm-add-boot so that the gate learns the drift"

@@ -135,8 +135,8 @@ def ab(
         f"A/B: {candidate_provenance.profile!r} against {base_provenance.profile!r}, "
         "two servers up, one loaded at a time, passes alternated (ABBA)"
     )
-    more = compare.passes_note([base_passes], current, len(gated))
-    if more and "one boot" not in more:
+    more = compare.passes_note([base_passes], current, len(gated), boots_matter=False)
+    if more:
         note += "; " + more
     label = f"the A/B base side {base_provenance.profile!r}"
     return GateResult(GateStatus.AB, Path(label), tuple(verdicts), tuple(changes), note)

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -13,7 +10,7 @@ import pytest
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.measure import measure
 from pytest_vllm_perf.verdict import thresholds
-from tests.real_engine import require_engine, tagged_processes, vllm_processes
+from tests.real_engine import require_engine, start_pytest, tagged_processes, vllm_processes
 
 pytestmark = pytest.mark.engine
 QUICK = workloads.named("mixed").override(
@@ -124,16 +121,7 @@ def test_interrupt_during_load_leaves_no_vllm_process(perf_project, signals):
             vllm_perf.run()
     """
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s"],
-        cwd=perf_project.path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "VLLM_PERF_TEST_TAG": tag},
-        # a background job of a shell starts with SIGINT ignored: give the child the default
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler),
-    )
+    proc = start_pytest(perf_project.path, tag)
     try:
         assert proc.stdout is not None
         deadline = time.monotonic() + 300

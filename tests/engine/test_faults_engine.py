@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.real_engine import require_engine, server_sessions, session_members, tagged_processes
+from tests.real_engine import (
+    require_engine,
+    server_sessions,
+    session_members,
+    start_pytest,
+    tagged_processes,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -84,15 +88,7 @@ def test_fault_ends_the_run_in_bounded_time_with_nothing_left(perf_project, faul
     wait_for, act, code = FAULTS[fault]
     tag = f"{perf_project.path.name}-{fault}"
     perf_project.makepyfile(test_slow=SLOW)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s"],
-        cwd=perf_project.path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "VLLM_PERF_TEST_TAG": tag},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler),
-    )
+    proc = start_pytest(perf_project.path, tag)
     output = []
     try:
         assert proc.stdout is not None
