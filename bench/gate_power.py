@@ -59,7 +59,9 @@ from pytest_vllm_perf.verdict import compare  # noqa: E402
 RESULTS = ROOT / "bench" / "results"
 # The changes each test must catch: x1.1 on steady decode figures, x1.2 on tails.
 INJECTIONS: Mapping[str, tuple[tuple[str, float], ...]] = {
-    "decode": (("tpot_mean_ms", 1.1), ("output_throughput", 1.1), ("itl_p99_ms", 1.2)),
+    "decode": (
+        ("itl_p50_ms", 1.1), ("tpot_mean_ms", 1.1), ("output_throughput", 1.1), ("itl_p99_ms", 1.2),
+    ),
     "interference": (
         ("chat.itl_p99_ms", 1.2), ("chat.tpot_mean_ms", 1.1), ("long.ttft_p50_ms", 1.2),
     ),
@@ -72,6 +74,7 @@ CPU_LOADS: Mapping[str, Mapping[str, Any]] = {
     "interference": {"duration_s": 8, "chat": {"users": 4}, "long": {"rate": 0.2}},
 }
 
+GATES: dict[str, tuple[str, ...]] = {}  # ``analyse --gate``: a workload's gate, replaced
 Boot = list[dict[str, Any]]  # passes: {"index", "duration_s", "metrics"}
 
 
@@ -174,11 +177,14 @@ def reports(args: argparse.Namespace) -> None:
     for path in args.files:
         for result in json.loads(Path(path).read_text())["results"]:
             name = result["workload"]["name"]
+            if args.workload and name not in args.workload:
+                continue
             passes = []
             for p in result["passes"]:
                 metrics = {}
                 for key, value in p["metrics"].items():
-                    cls, _, bench = key.rpartition(".")
+                    # a class prefix ends at the first dot; "p99.9_itl_ms" has its own
+                    cls, bench = ("", key) if key in by_key else key.split(".", 1)
                     ours = by_key.get(bench, bench)
                     metrics[f"{cls}.{ours}" if cls else ours] = _number(value)
                 passes.append(
@@ -218,8 +224,8 @@ def _passes(boot: Boot, indices: Sequence[int], scale: Mapping[str, float]) -> c
 def _verdicts(
     name: str, base: Sequence[Boot], cur: Boot, indices: Sequence[int], platform: str,
     scale: Mapping[str, float],
-) -> dict[str, Verdict]:  # fmt: skip
-    gate = workloads.named(name).gate
+) -> dict[str, tuple[Verdict, bool]]:  # fmt: skip
+    gate = GATES.get(name) or workloads.named(name).gate
     found = compare.compare(
         [_passes(b, indices, {}) for b in base],
         _passes(cur, indices, scale),
@@ -228,7 +234,8 @@ def _verdicts(
         gated=gate,
         pair=True,
     )
-    return {v.metric: v.verdict for v in found if v.gated}
+    # every compared metric: detection is also shown for reported, not gated ones
+    return {v.metric: (v.verdict, v.gated) for v in found}
 
 
 def analyse_one(data: Mapping[str, Any], baseline_boots: int, k: int, draws: int) -> dict[str, Any]:
@@ -238,7 +245,8 @@ def analyse_one(data: Mapping[str, Any], baseline_boots: int, k: int, draws: int
     rng = np.random.default_rng(k * 10 + baseline_boots)
     pool_size = min(len(boot) for boots in tests.values() for boot in boots)
     draws = 1 if k >= pool_size else draws  # every pass each time: one draw says it all
-    aa = {name: [] for name in tests}
+    aa: dict[str, list[bool]] = {name: [] for name in tests}
+    quiet: dict[str, list[bool]] = {name: [] for name in tests}
     ab: dict[str, list[bool]] = {}
     suite = []
     for current in range(n_boots):
@@ -251,15 +259,17 @@ def analyse_one(data: Mapping[str, Any], baseline_boots: int, k: int, draws: int
                     indices = sorted(rng.choice(pool, min(k, len(pool)), replace=False).tolist())
                     base = [boots[b] for b in chosen]
                     found = _verdicts(name, base, boots[current], indices, platform, {})
-                    alarm = Verdict.REGRESSED in found.values()
+                    gated = [v for v, g in found.values() if g]
+                    alarm = Verdict.REGRESSED in gated
                     aa[name].append(alarm)
+                    quiet[name].append(all(v is Verdict.UNCHANGED for v in gated))
                     any_test |= alarm
                     for key, factor in INJECTIONS.get(name, ()):
                         hit = _verdicts(
                             name, base, boots[current], indices, platform, {key: factor}
                         )
                         ab.setdefault(f"{name}: {key} x{factor:g}", []).append(
-                            hit[key] is Verdict.REGRESSED
+                            hit[key][0] is Verdict.REGRESSED
                         )
                 suite.append(any_test)
     return {
@@ -268,13 +278,19 @@ def analyse_one(data: Mapping[str, Any], baseline_boots: int, k: int, draws: int
         "comparisons": len(suite),
         "false_alarm_per_test": {n: float(np.mean(v)) for n, v in aa.items()},
         "false_alarm_suite": float(np.mean(suite)),
+        "all_gated_unchanged": {n: float(np.mean(v)) for n, v in quiet.items()},
         "detection": {n: float(np.mean(v)) for n, v in ab.items()},
     }
 
 
 def analyse(args: argparse.Namespace) -> None:
-    for label in args.labels:
-        data = json.loads((RESULTS / f"gate_power-{label}-passes.json").read_text())
+    for option in args.gate:
+        name, _, keys = option.partition("=")
+        GATES[name] = tuple(k for k in keys.split(",") if k)
+    suffix = "".join(f"-gate-{name}" for name in sorted(GATES))
+    for source in args.labels:
+        data = json.loads((RESULTS / f"gate_power-{source}-passes.json").read_text())
+        label = source + suffix
         started = time.time()
         rows = [
             analyse_one(data, b, k, args.draws)
@@ -305,7 +321,8 @@ def markdown(summary: Mapping[str, Any]) -> list[str]:
     changes = list(rows[0]["detection"])
     tests = summary["tests"]
     head = ["baseline boots", "passes per boot", "comparisons", "A/A suite",
-            *(f"A/A {t}" for t in tests), *(f"A/B {c}" for c in changes)]  # fmt: skip
+            *(f"A/A {t}" for t in tests), *(f"all gated unchanged: {t}" for t in tests),
+            *(f"A/B {c}" for c in changes)]  # fmt: skip
     out = [
         f"{summary['label']} ({summary['platform']}, {summary['boots']} boots):",
         "",
@@ -316,6 +333,7 @@ def markdown(summary: Mapping[str, Any]) -> list[str]:
         cells = [str(r["baseline_boots"]), str(r["passes_per_boot"]), str(r["comparisons"]),
                  f"{r['false_alarm_suite']:.1%}",
                  *(f"{r['false_alarm_per_test'][t]:.1%}" for t in tests),
+                 *(f"{r['all_gated_unchanged'][t]:.1%}" for t in tests),
                  *(f"{r['detection'][c]:.1%}" for c in changes)]  # fmt: skip
         out.append("| " + " | ".join(cells) + " |")
     return out
@@ -333,6 +351,7 @@ def main() -> None:
     r.add_argument("label")
     r.add_argument("files", nargs="+")
     r.add_argument("--platform", default="cuda")
+    r.add_argument("--workload", action="append", help="keep only this workload (repeatable)")
     k = sub.add_parser("checks", help="gauge reading and a real slowdown, in one CPU boot")
     k.add_argument("--workload", choices=sorted(CPU_LOADS), default="decode")
     k.add_argument("--passes", type=int, default=8)
@@ -341,6 +360,13 @@ def main() -> None:
     a = sub.add_parser("analyse", help="A/A and A/B rates from recorded passes")
     a.add_argument("labels", nargs="+")
     a.add_argument("--draws", type=int, default=20, help="pass draws per choice of boots")
+    a.add_argument(
+        "--gate",
+        action="append",
+        default=[],
+        metavar="WORKLOAD=KEY,KEY",
+        help="analyse with another gate for a workload; results go to LABEL-gate-WORKLOAD",
+    )
     args = parser.parse_args()
     # SIGTERM skips atexit; exit cleanly so the server's process group is stopped.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))

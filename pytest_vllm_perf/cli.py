@@ -1,21 +1,30 @@
-"""``python -m pytest_vllm_perf.cli table [STORE]``: side-by-side tables from stored baselines.
+"""Baseline-store commands that read files only: they import nothing that starts a server.
 
-Committed baselines hold every pass's metrics, so the profile comparison a
-session printed can be regenerated (and reviewed) from the JSON alone, on any
-machine. This reads files only: it imports nothing that starts a server.
+- ``table [STORE]``: side-by-side tables from stored baselines. Committed
+  baselines hold every pass's metrics, so the profile comparison a session
+  printed can be regenerated (and reviewed) from the JSON alone, on any machine.
+- ``promote REPORT... [--store DIR] [--add]``: baselines from ``--vllm-json``
+  reports, one boot per report, in the order given. A GPU CI job's report is its
+  artifact; promoting it needs neither push access on the runner nor a second
+  run. Without ``--add`` the first report replaces the stored baseline; each
+  later report (and every report with ``--add``) is added as a boot, refused if
+  its workload or profile differs. Files are written atomically.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.report import text
 from pytest_vllm_perf.verdict import baseline
 
-__all__ = ["main", "sides"]
+__all__ = ["main", "promote", "sides"]
 
 
 def sides(store: Path, hardware: str | None, profiles: list[str]) -> list[text.Side]:
@@ -33,6 +42,32 @@ def sides(store: Path, hardware: str | None, profiles: list[str]) -> list[text.S
     return [text.Side(b.test, b.profile, b.boots, b.metrics) for b in found]
 
 
+def promote(reports: Sequence[Path], store: Path, add: bool = False) -> list[str]:
+    """Write the results of ``reports`` into ``store``; one line per baseline written."""
+    docs: dict[Path, dict[str, Any]] = {}
+    for report in reports:
+        try:
+            results = json.loads(report.read_text(encoding="utf-8"))["results"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BaselineError(f"{report}: not a --vllm-json report: {exc}") from None
+        for result in results:
+            fresh = baseline.from_report(result, str(report))
+            hardware = str(fresh["boots"][0]["environment"].get("hardware_class", "unknown"))
+            path = baseline.path_for(store, hardware, fresh["test"], fresh["profile"]["name"])
+            if path in docs:
+                docs[path] = baseline.merge_boots(docs[path], fresh, path)
+            elif add and (stored := baseline.load(path)) is not None:
+                docs[path] = baseline.merge_boots(stored.data, fresh, path)
+            else:
+                docs[path] = fresh
+    lines = []
+    for path, doc in docs.items():
+        baseline.save(path, doc)
+        name = doc["profile"]["name"]
+        lines.append(f"{path}: {len(doc['boots'])} boot(s), {doc['test']} [{name}]")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_vllm_perf.cli")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -42,9 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     table.add_argument(
         "--profiles", default="", help="comma-separated order; first is the reference"
     )
+    up = sub.add_parser("promote", help="baselines from --vllm-json reports, one boot each")
+    up.add_argument("reports", nargs="+", type=Path, help="--vllm-json reports, oldest first")
+    up.add_argument("--store", default=".vllm-perf", type=Path, help="baseline store folder")
+    up.add_argument("--add", action="store_true", help="add boots to the stored baselines")
     args = parser.parse_args(argv)
-    names = [p for p in args.profiles.split(",") if p]
     try:
+        if args.command == "promote":
+            print("\n".join(promote(args.reports, args.store, args.add)))
+            return 0
+        names = [p for p in args.profiles.split(",") if p]
         lines = text.side_by_side(sides(args.store, args.hardware, names))
     except BaselineError as exc:
         print(exc, file=sys.stderr)

@@ -58,13 +58,19 @@ NAMED: Final[dict[str, Workload]] = {
     "decode": Workload(
         "decode",
         (RequestClass("chat", prompt_tokens=64, output_tokens=64, users=8),),
-        # ITL p99 is reported, not gated: on the H200 it moved x0.88 between two boots
-        # of one config (bench/results/h200/boots), more than a 15% tolerance can call
-        # unchanged; TPOT and throughput moved 1-2%. Tails need the A/B route.
-        gate=("tpot_mean_ms", "output_throughput"),
+        # Only the median streamed gap is gated. Over ten boots on at least three H200
+        # machines (bench/results/gate_power-h200-decode-all.md) the boot medians of
+        # ITL p50 spread x1.015, while TPOT mean spread x1.08 and output throughput
+        # x1.19: those two also count the host's rare stalls (ITL max 18 ms on one
+        # machine, 158 ms on another, same code), which differ by machine, not config.
+        # A stored baseline from one machine then calls another machine's TPOT
+        # "improved" or "regressed". A x1.1 slower decode step moves ITL p50 x1.1.
+        # TPOT, throughput and ITL p99 are reported; the A/B route (--vllm-ab, one
+        # machine) is the one that can gate them.
+        gate=("itl_p50_ms",),
         description=(
-            "Steady streaming decode and nothing else: gates TPOT and output "
-            "throughput, which move about 1% between passes and boots."
+            "Steady streaming decode and nothing else: gates the median streamed gap "
+            "(the decode step), which moved 1.5% across ten H200 boots on several machines."
         ),
     ),
     "kv_pressure": Workload(

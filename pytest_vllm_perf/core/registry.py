@@ -90,18 +90,20 @@ _TOLERANCES: Final[Mapping[str, float]] = {
 # (bench/gate_power.py). Passes within one boot share it, so no interval over one
 # boot's passes sees that; only a tolerance above it keeps a rerun from failing on it.
 #
-# On an H200 the steady decode figures hardly move between boots: over three boots
-# (two machines), the boot medians of decode TPOT spread x1.016, ITL p50 x1.007 and
-# output throughput x1.032, and passes inside a boot varied 0.3-3.5%
-# (bench/results/gate_power-h200-passes.json). With a 10% tolerance a x1.1
-# regression is caught only when its noisy estimate lands above 1.10, half the
-# time; 5% leaves room for the drift and catches it.
+# On an H200 the median streamed gap (ITL p50) is the figure that holds across
+# machines: over ten boots of the decode example on at least three machines, its
+# boot medians spread x1.015, passes inside a boot under 1%. TPOT mean spread x1.08
+# and output throughput x1.19 over the same boots, because they also count the
+# host's rare stalls, which differ by machine (bench/results/h200/session4, and
+# gate_power-h200-decode-all.md: gating decode on TPOT and throughput at 5% gave
+# 10-28% false alarms across those boots). ITL p50 keeps 5%, so a x1.1 slower step
+# is caught; TPOT and throughput get tolerances above their machine drift.
 PLATFORM_TOLERANCES: Final[Mapping[str, Mapping[str, float]]] = {
     "cpu": {"itl_p50_ms": 0.30, "tpot_mean_ms": 0.25, "output_throughput": 0.15},
     "cuda": {
         "itl_p50_ms": 0.05,
-        "tpot_mean_ms": 0.05,
-        "output_throughput": 0.05,
+        "tpot_mean_ms": 0.10,
+        "output_throughput": 0.15,
         "request_throughput": 0.05,
     },
 }

@@ -24,7 +24,7 @@ from pytest_vllm_perf.core.records import (
     Verdict,
 )
 from pytest_vllm_perf.core.registry import METRICS, split_key
-from pytest_vllm_perf.verdict import compare, stats
+from pytest_vllm_perf.verdict import baseline, compare, stats
 from pytest_vllm_perf.verdict.gate import current_passes
 
 __all__ = [
@@ -308,6 +308,7 @@ def to_json(outcomes: Sequence[Outcome]) -> dict[str, Any]:
                 "workload": o.result.workload.to_dict(),
                 "duration": round(o.result.duration_s, 3),
                 "metrics": bench_serve_keys(o.result.metrics),
+                "distribution": baseline.distribution(o.result),
                 "passes": [
                     {
                         "index": p.index,

@@ -31,6 +31,7 @@ import numpy as np
 from pytest_vllm_perf.core import atomic, redact
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import Measurement, PassRecord, Provenance, RequestRecord
+from pytest_vllm_perf.core.registry import METRICS
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
 from pytest_vllm_perf.verdict import stats
 from pytest_vllm_perf.verdict.compare import Passes
@@ -44,7 +45,9 @@ __all__ = [
     "check_stored",
     "document",
     "find_other_hardware",
+    "from_report",
     "load",
+    "merge_boots",
     "path_for",
     "save",
     "slug",
@@ -253,26 +256,86 @@ def document(test_id: str, result: Measurement, provenance: Provenance) -> dict[
 def add_boot(
     stored: Baseline, test_id: str, result: Measurement, provenance: Provenance
 ) -> dict[str, Any]:
-    """The stored baseline plus this run as one more boot; the oldest beyond MAX_BOOTS go."""
-    data = stored.data
-    if data.get("workload_hash") != result.workload.hash:
+    """The stored baseline plus this run as one more boot; the oldest beyond MAX_BOOTS go.
+
+    An upgraded schema-2 file still has its raw records: they are not written back.
+    """
+    return merge_boots(stored.data, document(test_id, result, provenance), stored.path)
+
+
+def _internal_keys(metrics: Mapping[str, Any]) -> dict[str, float | str]:
+    """A report's ``vllm bench serve`` keys back to ours; None (NaN in a report) -> "nan"."""
+    ours = {m.bench_serve_key: m.key for m in METRICS.values() if m.bench_serve_key}
+    out: dict[str, float | str] = {}
+    for key, value in metrics.items():
+        # a class prefix ends at the first dot; "p99.9_itl_ms" has one of its own
+        cls, name = ("", key) if key in ours or key in METRICS else key.split(".", 1)
+        name = ours.get(name, name)
+        number = math.nan if value is None else float(value)
+        out[f"{cls}.{name}" if cls else name] = _json(number)
+    return out
+
+
+def from_report(result: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """A one-boot baseline document from one result of a ``--vllm-json`` report.
+
+    A GPU CI job's report is its artifact; promoting it saves the runner's push
+    access and a second run. The report holds what a verdict reads (every pass's
+    metrics, the environment, the profile and workload); per-pass counters and,
+    for reports older than the distribution field, the quantile summary are absent.
+    """
+    try:
+        workload = workload_from_dict(result["workload"], f"{source}: workload")
+        passes = [
+            {
+                "index": int(p["index"]),
+                "duration_s": round(float(p["duration_s"]), 6),
+                "overloaded": bool(p.get("overloaded", False)),
+                "metrics": _internal_keys(p["metrics"]),
+            }
+            for p in result["passes"]
+        ]
+        boot = {
+            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "promoted_from": source,
+            "environment": dict(result["environment"]),
+            "engine": {"argv": list(result["engine_argv"]), "notes": list(result["engine_notes"])},
+            "plugin_version": _plugin_version(),
+            "passes": passes,
+        }
+        doc = {
+            "schema": SCHEMA,
+            "test": str(result["test"]),
+            "profile": dict(result["profile_settings"]),
+            "profile_hash": str(result["profile_hash"]),
+            "workload": workload.to_dict(),
+            "workload_hash": workload.hash,
+            "metrics": _internal_keys(result["metrics"]),
+            "distribution": result.get("distribution"),
+            "boots": [boot],
+        }
+    except (KeyError, TypeError, ValueError) as exc:
         raise BaselineError(
-            f"{stored.path}: cannot add a boot: the workload differs from the baseline's; "
-            "re-save it with --vllm-save-baseline"
-        )
-    if data.get("profile_hash") != provenance.profile_hash:
-        raise BaselineError(
-            f"{stored.path}: cannot add a boot: the profile's settings differ from the "
-            "baseline's; re-save it with --vllm-save-baseline"
-        )
-    fresh = document(test_id, result, provenance)
-    # an upgraded schema-2 file still has its raw records: they are not written back
+            f"{source}: not a result of a --vllm-json report: {type(exc).__name__}: {exc}"
+        ) from None
+    if not passes:
+        raise BaselineError(f"{source}: {result['test']} has no passes to promote")
+    return redact.mapping(doc)
+
+
+def merge_boots(stored: Mapping[str, Any], fresh: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """``fresh`` (one boot) after the boots of ``stored``, if they measured the same thing."""
+    for key, what in (("workload_hash", "workload"), ("profile_hash", "profile's settings")):
+        if stored.get(key) != fresh.get(key):
+            raise BaselineError(
+                f"{path}: cannot add a boot: the {what} differs from the baseline's; "
+                "re-save it with --vllm-save-baseline"
+            )
     old = [
         {**b, "passes": [{k: v for k, v in p.items() if k != "records"} for p in b["passes"]]}
-        for b in data["boots"]
+        for b in stored["boots"]
     ]
-    fresh["boots"] = (old + fresh["boots"])[-MAX_BOOTS:]
-    return fresh
+    return {**fresh, "boots": (old + list(fresh["boots"]))[-MAX_BOOTS:]}
 
 
 def _machine_info() -> dict[str, Any]:
