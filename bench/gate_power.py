@@ -184,7 +184,7 @@ def reports(args: argparse.Namespace) -> None:
                 metrics = {}
                 for key, value in p["metrics"].items():
                     # a class prefix ends at the first dot; "p99.9_itl_ms" has its own
-                    cls, bench = ("", key) if key in by_key else key.split(".", 1)
+                    cls, bench = ("", key) if key in by_key else ("", *key.split(".", 1))[-2:]
                     ours = by_key.get(bench, bench)
                     metrics[f"{cls}.{ours}" if cls else ours] = _number(value)
                 passes.append(

@@ -269,7 +269,7 @@ def _internal_keys(metrics: Mapping[str, Any]) -> dict[str, float | str]:
     out: dict[str, float | str] = {}
     for key, value in metrics.items():
         # a class prefix ends at the first dot; "p99.9_itl_ms" has one of its own
-        cls, name = ("", key) if key in ours or key in METRICS else key.split(".", 1)
+        cls, name = ("", key) if key in ours or key in METRICS else ("", *key.split(".", 1))[-2:]
         name = ours.get(name, name)
         number = math.nan if value is None else float(value)
         out[f"{cls}.{name}" if cls else name] = _json(number)

@@ -78,9 +78,11 @@ import pytest
 # Tolerances at 50%, as above: this shows the A/B mechanism on two real servers, not
 # the noise of a 2-core VM. max_num_seqs=1 with 8 users decodes one sequence at a
 # time: output throughput fell x0.49 with 4 users in a first run, and more with 8.
+# decode gates only ITL p50 (the decode step, steady across H200 machines); throughput
+# is gated here on top, as a test opts in.
 @pytest.mark.vllm_perf(workload="decode", duration_s=4, warmup_requests=1, repeat=6,
-                       chat={"users": 8, "output_tokens": 32},
-                       tolerances={"tpot_mean_ms": 0.5, "output_throughput": 0.5})
+                       chat={"users": 8, "output_tokens": 32}, gate=["output_throughput"],
+                       tolerances={"itl_p50_ms": 0.5, "output_throughput": 0.5})
 def test_ab(vllm_perf):
     vllm_perf.run()
 """
