@@ -8,6 +8,7 @@ one-line ``pytest.UsageError`` at start-up (exit code 4), before anything boots.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,7 +157,9 @@ OPTIONS: Final = (
         text,
         None,
         "A/B: also run each perf test under this base profile, alternating passes, "
-        "and judge the selected profile against it (no stored baseline)",
+        "and judge the selected profile against it (no stored baseline); "
+        "PROFILE@VENV runs the base side from another Python environment "
+        "(a venv folder or its python), e.g. another vLLM release",
     ),
     Option(
         "--vllm-repeat",
@@ -209,6 +212,21 @@ def _raw(config: pytest.Config, ini: str) -> tuple[str | None, str]:
     return (str(value) if value not in (None, "") else None), f"ini {ini}"
 
 
+def _ab_side(value: str | None) -> dict[str, str | None]:
+    """``PROFILE`` or ``PROFILE@VENV``: the base side's profile and interpreter."""
+    if value is None or "@" not in value:
+        return {"ab_base": value, "ab_python": None}
+    profile, _, where = value.partition("@")
+    path = Path(where).expanduser()
+    python = path / "bin" / "python" if path.is_dir() else path
+    if not profile or not (python.is_file() and os.access(python, os.X_OK)):
+        raise pytest.UsageError(
+            f"--vllm-ab {value!r}: expected PROFILE@VENV, a venv folder with bin/python "
+            f"or a Python interpreter; {python} is not an executable file"
+        )
+    return {"ab_base": profile, "ab_python": str(python.absolute())}
+
+
 def _flag(config: pytest.Config, ini: str) -> bool:
     value = config.getoption(ini)
     return bool(config.getini(ini) if value is None else value)
@@ -254,6 +272,7 @@ class Settings:
     profile_given: bool = False
     gate_other_release: bool = False
     ab_base: str | None = None
+    ab_python: str | None = None  # the base side's interpreter (PROFILE@VENV), else this one
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -291,7 +310,7 @@ class Settings:
             tolerances=_tolerances(config),
             profile_given=_raw(config, "vllm_profile")[0] not in (None, "default"),
             gate_other_release=_flag(config, "vllm_gate_other_release"),
-            ab_base=values["vllm_ab"],
+            **_ab_side(values["vllm_ab"]),
         )
         if settings.ab_base is not None:
             if mode is not SaveMode.COMPARE:

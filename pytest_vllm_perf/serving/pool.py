@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pytest_vllm_perf.config import profiles
 from pytest_vllm_perf.config.profiles import EngineSettings, Profile
-from pytest_vllm_perf.core import redact
+from pytest_vllm_perf.core import atomic, redact
 from pytest_vllm_perf.core.records import Platform, Progress, Provenance
 from pytest_vllm_perf.serving import hardware, models
 from pytest_vllm_perf.serving.server import ExternalServer, ServerError, ServerSpec, VllmServer
@@ -70,7 +70,9 @@ class ServerHandle:
 class ServerPool:
     config: PoolConfig
     progress: Progress = field(default=_quiet)
-    _resident: dict[str, tuple[Profile, ServerHandle]] = field(default_factory=dict)
+    _resident: dict[str, tuple[tuple[Profile, str | None], ServerHandle]] = field(
+        default_factory=dict
+    )
     _failed: dict[str, str] = field(default_factory=dict)
     _model: tuple[str, bool] | None = None
 
@@ -84,8 +86,11 @@ class ServerPool:
                 self._model = (str(models.build(preset, self.config.cache_dir / "models")), True)
         return self._model
 
-    def spec(self, profile: Profile) -> tuple[ServerSpec, EngineSettings, Platform]:
-        """The server spec a profile resolves to on this platform."""
+    def spec(
+        self, profile: Profile, python: str | None = None
+    ) -> tuple[ServerSpec, EngineSettings, Platform]:
+        """The server spec a profile resolves to on this platform; ``python`` runs it
+        from another environment (an A/B side with another vLLM release)."""
         platform = self.config.resolved_platform()
         model, embedded = self.model()
         settings = profiles.engine_settings(
@@ -95,26 +100,39 @@ class ServerPool:
         if embedded:
             args.setdefault("load_format", "dummy")
         spec = ServerSpec(model, tuple(profiles.to_argv(args)), dict(profile.env))
+        if python is not None:
+            spec = replace(spec, python=python, launcher=(str(self._launcher()),))
         return spec, EngineSettings(args, settings.notes), platform
 
-    def get(self, profile: Profile, slot: str = "main") -> ServerHandle:
+    def _launcher(self) -> Path:
+        """The launcher as a lone script, for another interpreter: that environment need
+        not have the plugin, and must not see this one's packages (its own vLLM and torch
+        come first). The launcher imports only the standard library (a contract)."""
+        from pytest_vllm_perf import launch
+
+        target = self.config.cache_dir / "launcher" / "pytest_vllm_perf.launch.py"
+        source = Path(launch.__file__).read_text(encoding="utf-8")
+        if not target.is_file() or target.read_text(encoding="utf-8") != source:
+            atomic.write_text(target, source)
+        return target
+
+    def get(self, profile: Profile, slot: str = "main", python: str | None = None) -> ServerHandle:
         """A healthy server running ``profile`` in ``slot``, booting it (and stopping the
-        slot's other server) if needed."""
+        slot's other server) if needed; ``python``: another environment's interpreter."""
         current = self._resident.get(slot)
-        if current and current[0] == profile:
+        if current and current[0] == (profile, python):
             current[1].check_alive()
             return current[1]
-        if profile.name in self._failed:
-            raise ServerError(
-                f"profile {profile.name!r} failed to boot earlier:\n{self._failed[profile.name]}"
-            )
+        key = profile.name if python is None else f"{profile.name}@{python}"
+        if key in self._failed:
+            raise ServerError(f"profile {key!r} failed to boot earlier:\n{self._failed[key]}")
         self._stop_slot(slot)
         try:
-            handle = self._start(profile)
+            handle = self._start(profile, python)
         except ServerError as exc:
-            self._failed[profile.name] = str(exc)
+            self._failed[key] = str(exc)
             raise
-        self._resident[slot] = (profile, handle)
+        self._resident[slot] = ((profile, python), handle)
         return handle
 
     def _provenance(
@@ -125,6 +143,7 @@ class ServerPool:
         settings: EngineSettings,
         argv: list[str],
         boot_s: float | None,
+        python: str | None = None,
     ) -> Provenance:
         return Provenance(
             profile=profile.name,
@@ -132,14 +151,16 @@ class ServerPool:
             profile_hash=profile.hash,
             engine_argv=tuple(redact.argv(argv)),
             engine_notes=settings.notes,
-            environment=hardware.environment(platform, model_id, settings.args),
+            environment=hardware.environment(platform, model_id, settings.args, python),
             boot_s=boot_s,
         )
 
-    def _start(self, profile: Profile) -> ServerHandle:
+    def _start(self, profile: Profile, python: str | None = None) -> ServerHandle:
         if self.config.external_url:
             return self._attach(profile)
-        spec, settings, platform = self.spec(profile)
+        spec, settings, platform = self.spec(profile, python)
+        if python is not None:
+            hardware.interpreter_versions(python)  # a broken environment fails before booting
         if platform == "cuda" and not self._resident:
             wait_for_gpu_memory(self.config.gpu_release_timeout_s, self.progress)
         log = self.config.cache_dir / "logs" / f"{profile.name}-{int(time.time())}.log"
@@ -153,7 +174,7 @@ class ServerPool:
         # The model as recorded: an embedded folder's name (path-independent), else as given.
         model_id = Path(spec.model).name if embedded else spec.model
         provenance = self._provenance(
-            profile, platform, model_id, settings, spec.argv(vllm.port), vllm.boot_s
+            profile, platform, model_id, settings, spec.argv(vllm.port), vllm.boot_s, python
         )
         return ServerHandle(vllm.base_url, spec.model, platform, provenance, vllm, embedded)
 

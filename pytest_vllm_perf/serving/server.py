@@ -51,12 +51,13 @@ class ServerSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
     python: str = sys.executable
+    # how ``python`` finds the launcher: the module here, a lone script for another venv
+    launcher: tuple[str, ...] = ("-m", "pytest_vllm_perf.launch")
 
     def argv(self, port: int) -> list[str]:
         return [
             self.python,
-            "-m",
-            "pytest_vllm_perf.launch",
+            *self.launcher,
             "serve",
             self.model,
             "--host",

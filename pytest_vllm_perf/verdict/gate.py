@@ -131,14 +131,18 @@ def ab(
         base_provenance.environment.to_dict(),
         candidate_provenance,
     )
+    sides = [repr(p.profile) for p in (candidate_provenance, base_provenance)]
+    versions = [p.environment.vllm_version for p in (candidate_provenance, base_provenance)]
+    if versions[0] != versions[1]:  # two environments: say which release each side ran
+        sides = [f"{s} on vLLM {v}" for s, v in zip(sides, versions, strict=True)]
     note = (
-        f"A/B: {candidate_provenance.profile!r} against {base_provenance.profile!r}, "
+        f"A/B: {sides[0]} against {sides[1]}, "
         "two servers up, one loaded at a time, passes alternated (ABBA)"
     )
     more = compare.passes_note([base_passes], current, len(gated), boots_matter=False)
     if more:
         note += "; " + more
-    label = f"the A/B base side {base_provenance.profile!r}"
+    label = f"the A/B base side {sides[1]}"
     return GateResult(GateStatus.AB, Path(label), tuple(verdicts), tuple(changes), note)
 
 

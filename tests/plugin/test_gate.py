@@ -306,6 +306,11 @@ def test_ab_mode_usage_errors(project, fake_vllm):
     result = run(project, fake_vllm, "--vllm-ab=default", "--vllm-save-baseline")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--vllm-ab compares two live sides and stores nothing*"])
+    result = run(project, fake_vllm, "--vllm-ab=default@no-such-venv")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--vllm-ab 'default@no-such-venv': expected PROFILE@VENV*no-such-venv is not an exec*"]
+    )
 
 
 def test_promoted_report_is_the_baseline_a_save_writes(project, fake_vllm, capsys):

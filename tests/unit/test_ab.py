@@ -100,3 +100,41 @@ def test_a_a_comes_out_clean():
     [tpot] = [v for v in result.verdicts if v.metric == "tpot_mean_ms"]
     assert tpot.verdict is Verdict.UNCHANGED
     assert result.changes == ()
+
+
+def test_a_side_in_another_environment_runs_the_lone_launcher_with_that_python(tmp_path):
+    """The two-environment launch: the base side's server is started by the other
+    venv's interpreter, running the launcher as a lone script (that venv need not
+    have the plugin, and this one's packages must not shadow its vLLM), and its
+    versions are read from that interpreter."""
+    import subprocess
+    import sys
+    import venv
+
+    from pytest_vllm_perf import launch
+    from pytest_vllm_perf.config import profiles
+    from pytest_vllm_perf.serving import hardware
+    from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
+
+    other = tmp_path / "other-venv"
+    venv.create(other, with_pip=False)  # bare: no vLLM, no torch, no plugin
+    python = str(other / "bin" / "python")
+    pool = ServerPool(PoolConfig(tmp_path / "cache", model=str(tmp_path / "model")))
+    default = profiles.load("default", profiles.search_path(None))
+    mine, _, _ = pool.spec(default)
+    spec, _, _ = pool.spec(default, python)
+    argv = spec.argv(8000)
+    assert mine.argv(8000)[:3] == [sys.executable, "-m", "pytest_vllm_perf.launch"]
+    assert argv[0] == python and argv[1].endswith("launcher/pytest_vllm_perf.launch.py")
+    assert argv[2:] == mine.argv(8000)[3:]  # the same serve command otherwise
+    assert open(argv[1]).read() == open(launch.__file__).read()
+    assert "PYTHONPATH" not in spec.env
+    # the bare venv runs the launcher itself: it fails on the missing vLLM, not on a
+    # missing plugin module
+    ran = subprocess.run([python, argv[1], "serve", "m"], capture_output=True, text=True)
+    assert ran.returncode != 0
+    assert "No module named 'vllm'" in ran.stderr
+    assert "No module named 'pytest_vllm_perf" not in ran.stderr
+    vllm_version, torch_version, python_version = hardware.interpreter_versions(python)
+    assert (vllm_version, torch_version) == (None, None)
+    assert python_version == ".".join(map(str, sys.version_info[:3]))
