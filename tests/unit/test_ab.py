@@ -110,6 +110,7 @@ def test_a_side_in_another_environment_runs_the_lone_launcher_with_that_python(t
     import subprocess
     import sys
     import venv
+    from pathlib import Path
 
     from pytest_vllm_perf import launch
     from pytest_vllm_perf.config import profiles
@@ -127,7 +128,7 @@ def test_a_side_in_another_environment_runs_the_lone_launcher_with_that_python(t
     assert mine.argv(8000)[:3] == [sys.executable, "-m", "pytest_vllm_perf.launch"]
     assert argv[0] == python and argv[1].endswith("launcher/pytest_vllm_perf.launch.py")
     assert argv[2:] == mine.argv(8000)[3:]  # the same serve command otherwise
-    assert open(argv[1]).read() == open(launch.__file__).read()
+    assert Path(argv[1]).read_text() == Path(launch.__file__).read_text()
     assert "PYTHONPATH" not in spec.env
     # the bare venv runs the launcher itself: it fails on the missing vLLM, not on a
     # missing plugin module
