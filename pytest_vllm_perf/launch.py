@@ -57,9 +57,12 @@ def _serve_only(argv: list[str]) -> None:
     dies with SIGILL on import; serve alone does not need it.
     """
     import vllm.entrypoints.cli.serve as serve_cli
+    import vllm.logger
     from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
-    from vllm.logger import configure_logging_from_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    # 0.31 added configure_logging_from_args; older releases log as configured at import
+    configure_logging = getattr(vllm.logger, "configure_logging_from_args", None)
 
     cli_env_setup()  # type: ignore[no-untyped-call]
     parser = FlexibleArgumentParser(prog="vllm")  # type: ignore[no-untyped-call]
@@ -68,7 +71,8 @@ def _serve_only(argv: list[str]) -> None:
     for cmd in commands.values():
         cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
     args = parser.parse_args(argv)
-    configure_logging_from_args(args)
+    if configure_logging is not None:
+        configure_logging(args)
     commands[args.subparser].validate(args)
     args.dispatch_function(args)
 
