@@ -51,9 +51,11 @@ def test_unknown_profile_is_a_usage_error(perf_project):
     result = perf_project.runpytest_subprocess("--vllm-profile=nosuch")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert time.monotonic() - started < 30
+    mine = ", ".join(sorted(p.stem for p in (perf_project.path / "profiles").glob("*.yaml")))
+    assert "chunked-128" in mine  # the project's own folder, listed first
     result.stderr.fnmatch_lines(
         [
-            "*unknown vLLM profile 'nosuch'; available: */profiles: chunked-128; "
+            f"*unknown vLLM profile 'nosuch'; available: */profiles: {mine}; "
             "shipped: api-servers-2, chunked, default, roomy-kv, small-kv, tuned"
         ]
     )
