@@ -51,7 +51,12 @@ sys.path.insert(0, str(ROOT))
 from pytest_vllm_perf.config import workloads  # noqa: E402
 from pytest_vllm_perf.config.profiles import load  # noqa: E402
 from pytest_vllm_perf.core.records import Verdict  # noqa: E402
-from pytest_vllm_perf.core.registry import COMPARED, METRICS, default_tolerances  # noqa: E402
+from pytest_vllm_perf.core.registry import (  # noqa: E402
+    COMPARED,
+    METRICS,
+    default_tolerances,
+    from_bench_serve_key,
+)
 from pytest_vllm_perf.measure import measure  # noqa: E402
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool  # noqa: E402
 from pytest_vllm_perf.verdict import compare  # noqa: E402
@@ -172,7 +177,6 @@ def checks(args: argparse.Namespace) -> None:
 
 def reports(args: argparse.Namespace) -> None:
     """Per-pass metrics from ``--vllm-json`` reports, one report per boot."""
-    by_key = {m.bench_serve_key: k for k, m in METRICS.items() if m.bench_serve_key}
     tests: dict[str, list[Boot]] = {}
     for path in args.files:
         for result in json.loads(Path(path).read_text())["results"]:
@@ -181,12 +185,7 @@ def reports(args: argparse.Namespace) -> None:
                 continue
             passes = []
             for p in result["passes"]:
-                metrics = {}
-                for key, value in p["metrics"].items():
-                    # a class prefix ends at the first dot; "p99.9_itl_ms" has its own
-                    cls, bench = ("", key) if key in by_key else ("", *key.split(".", 1))[-2:]
-                    ours = by_key.get(bench, bench)
-                    metrics[f"{cls}.{ours}" if cls else ours] = _number(value)
+                metrics = {from_bench_serve_key(k): _number(v) for k, v in p["metrics"].items()}
                 passes.append(
                     {"index": p["index"], "duration_s": p["duration_s"], "metrics": metrics}
                 )

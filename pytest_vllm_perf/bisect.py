@@ -337,7 +337,7 @@ def _bisect(args: argparse.Namespace) -> int:
     print("\n".join(table))
     if args.out:
         atomic.write_text(args.out, "\n".join(table) + "\n")
-    return 0 if result.first_bad or "nothing to bisect" in result.conclusion else 1
+    return 1 if result.steps[-1].verdict == "inconclusive" else 0
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ __all__ = [
     "MetricDef",
     "Source",
     "default_tolerances",
+    "from_bench_serve_key",
     "metric",
     "split_key",
     "threshold_target",
@@ -171,6 +172,7 @@ def _build() -> dict[str, MetricDef]:
 
 
 METRICS: Final[Mapping[str, MetricDef]] = _build()
+_BY_BENCH_SERVE: Final = {m.bench_serve_key: k for k, m in METRICS.items() if m.bench_serve_key}
 
 # Compared with the baseline and shown, whether or not a workload gates on them.
 COMPARED: Final = (
@@ -189,6 +191,17 @@ def split_key(key: str) -> tuple[str | None, str]:
     """``chat.itl_p99_ms`` -> (``chat``, ``itl_p99_ms``); ``ttft_p50_ms`` -> (None, ...)."""
     cls, _, name = key.rpartition(".")
     return (cls or None), name
+
+
+def from_bench_serve_key(key: str) -> str:
+    """A report's key (``vllm bench serve`` names, ``chat.p99.9_itl_ms``) back to ours.
+
+    A class prefix ends at the first dot; ``p99.9_itl_ms`` has a dot of its own.
+    """
+    if key in _BY_BENCH_SERVE or key in METRICS:
+        return _BY_BENCH_SERVE.get(key, key)
+    cls, _, name = key.partition(".")
+    return f"{cls}.{_BY_BENCH_SERVE.get(name, name)}" if name else key
 
 
 def metric(key: str) -> MetricDef:

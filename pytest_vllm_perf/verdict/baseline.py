@@ -31,7 +31,7 @@ import numpy as np
 from pytest_vllm_perf.core import atomic, redact
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import Measurement, PassRecord, Provenance, RequestRecord
-from pytest_vllm_perf.core.registry import METRICS
+from pytest_vllm_perf.core.registry import from_bench_serve_key
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
 from pytest_vllm_perf.verdict import stats
 from pytest_vllm_perf.verdict.compare import Passes
@@ -265,15 +265,10 @@ def add_boot(
 
 def _internal_keys(metrics: Mapping[str, Any]) -> dict[str, float | str]:
     """A report's ``vllm bench serve`` keys back to ours; None (NaN in a report) -> "nan"."""
-    ours = {m.bench_serve_key: m.key for m in METRICS.values() if m.bench_serve_key}
-    out: dict[str, float | str] = {}
-    for key, value in metrics.items():
-        # a class prefix ends at the first dot; "p99.9_itl_ms" has one of its own
-        cls, name = ("", key) if key in ours or key in METRICS else ("", *key.split(".", 1))[-2:]
-        name = ours.get(name, name)
-        number = math.nan if value is None else float(value)
-        out[f"{cls}.{name}" if cls else name] = _json(number)
-    return out
+    return {
+        from_bench_serve_key(key): _json(math.nan if value is None else float(value))
+        for key, value in metrics.items()
+    }
 
 
 def from_report(result: Mapping[str, Any], source: str) -> dict[str, Any]:
