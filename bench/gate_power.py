@@ -80,6 +80,7 @@ CPU_LOADS: Mapping[str, Mapping[str, Any]] = {
 }
 
 GATES: dict[str, tuple[str, ...]] = {}  # ``analyse --gate``: a workload's gate, replaced
+TOLERANCES: dict[str, float] = {}  # ``analyse --tolerance``: over the platform's defaults
 Boot = list[dict[str, Any]]  # passes: {"index", "duration_s", "metrics"}
 
 
@@ -229,7 +230,7 @@ def _verdicts(
         [_passes(b, indices, {}) for b in base],
         _passes(cur, indices, scale),
         tuple(dict.fromkeys((*gate, *COMPARED))),
-        default_tolerances(platform),
+        {**default_tolerances(platform), **TOLERANCES},
         gated=gate,
         pair=True,
     )
@@ -286,7 +287,11 @@ def analyse(args: argparse.Namespace) -> None:
     for option in args.gate:
         name, _, keys = option.partition("=")
         GATES[name] = tuple(k for k in keys.split(",") if k)
+    for option in args.tolerance:
+        key, _, value = option.partition("=")
+        TOLERANCES[key] = float(value)
     suffix = "".join(f"-gate-{name}" for name in sorted(GATES))
+    suffix += "".join(f"-tol-{k}-{v:g}" for k, v in sorted(TOLERANCES.items()))
     for source in args.labels:
         data = json.loads((RESULTS / f"gate_power-{source}-passes.json").read_text())
         label = source + suffix
@@ -303,7 +308,7 @@ def analyse(args: argparse.Namespace) -> None:
             "tests": sorted(data["tests"]),
             "boots": min(len(v) for v in data["tests"].values()),
             "rows": rows,
-            "tolerances": default_tolerances(data["platform"]),
+            "tolerances": {**default_tolerances(data["platform"]), **TOLERANCES},
             "seconds": round(time.time() - started),
         }
         (RESULTS / f"gate_power-{label}.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -365,6 +370,13 @@ def main() -> None:
         default=[],
         metavar="WORKLOAD=KEY,KEY",
         help="analyse with another gate for a workload; results go to LABEL-gate-WORKLOAD",
+    )
+    a.add_argument(
+        "--tolerance",
+        action="append",
+        default=[],
+        metavar="KEY=FRACTION",
+        help="override a default tolerance; results go to LABEL-tol-KEY-FRACTION",
     )
     args = parser.parse_args()
     # SIGTERM skips atexit; exit cleanly so the server's process group is stopped.

@@ -58,11 +58,11 @@ NAMED: Final[dict[str, Workload]] = {
     "decode": Workload(
         "decode",
         (RequestClass("chat", prompt_tokens=64, output_tokens=64, users=8),),
-        # Only the median streamed gap is gated. Over ten boots on at least three H200
-        # machines (bench/results/gate_power-h200-decode-all.md) the boot medians of
+        # Only the median streamed gap is gated. Over eleven boots on five H200 leases
+        # (bench/results/gate_power-h200-decode-all.md) the boot medians of
         # ITL p50 spread x1.015, while TPOT mean spread x1.08 and output throughput
-        # x1.19: those two also count the host's rare stalls (ITL max 18 ms on one
-        # machine, 158 ms on another, same code), which differ by machine, not config.
+        # x1.19: those two also count the host's rare stalls (pooled ITL max 22 ms in
+        # one boot, 158 ms in another, same code), which differ by machine, not config.
         # A stored baseline from one machine then calls another machine's TPOT
         # "improved" or "regressed". A x1.1 slower decode step moves ITL p50 x1.1.
         # TPOT, throughput and ITL p99 are reported; the A/B route (--vllm-ab, one
@@ -70,7 +70,7 @@ NAMED: Final[dict[str, Workload]] = {
         gate=("itl_p50_ms",),
         description=(
             "Steady streaming decode and nothing else: gates the median streamed gap "
-            "(the decode step), which moved 1.5% across ten H200 boots on several machines."
+            "(the decode step), which moved 1.5% across eleven H200 boots on five machines."
         ),
     ),
     "kv_pressure": Workload(
