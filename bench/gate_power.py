@@ -343,6 +343,74 @@ def markdown(summary: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def ab_power(args: argparse.Namespace) -> None:
+    """Detection and false alarms of A/B mode, from the passes of one A/A run (both sides).
+
+    An A/A run (``--vllm-ab`` naming the candidate's profile) records pass k of
+    both sides on one machine. Its pairs are resampled with replacement, ``n`` at
+    a time, and judged as ``measure.run_ab`` judges them (paired, the workload's
+    gate, the platform's tolerances, Holm): as they are (a false alarm is any
+    gated ``regressed``) and with ``--metric`` on the candidate side made worse by
+    ``--factor`` (detection is that metric ``regressed``). A bootstrap of the
+    run's own pairs: it assumes the next run's pass-to-pass noise is like this one's.
+    """
+    rng = np.random.default_rng(0)
+    rows = []
+    for path in args.files:
+        data = json.loads(Path(path).read_text())
+        for result in data.get("report", data)["results"]:  # gpu_advice.py nests it
+            if "base_passes" not in result:
+                continue
+            name, platform = result["workload"]["name"], result["environment"]["platform"]
+            sides = [{p["index"]: p for p in result[key]} for key in ("base_passes", "passes")]
+            pairs = sorted(set(sides[0]) & set(sides[1]))
+            metrics = [m for m in args.metric if m.rpartition(".")[0] in ("", *(
+                c["name"] for c in result["workload"]["classes"]))]  # fmt: skip
+            seconds = np.mean([p["duration_s"] for p in result["passes"]])
+            for n in sorted({*args.pairs, len(pairs)}):
+                alarms, hits = [], {m: [] for m in metrics}
+                for _ in range(args.draws):
+                    drawn = rng.choice(pairs, n, replace=True).tolist()
+                    boots = [
+                        [{"index": i, "duration_s": side[k]["duration_s"], "metrics": {
+                            from_bench_serve_key(key): _number(v)
+                            for key, v in side[k]["metrics"].items()}}
+                         for i, k in enumerate(drawn)]
+                        for side in sides
+                    ]  # fmt: skip
+                    found = _verdicts(name, [boots[0]], boots[1], range(n), platform, {})
+                    alarms.append(any(v is Verdict.REGRESSED and g for v, g in found.values()))
+                    for m in metrics:
+                        hit = _verdicts(name, [boots[0]], boots[1], range(n), platform,
+                                        {m: args.factor})  # fmt: skip
+                        hits[m].append(hit[m][0] is Verdict.REGRESSED)
+                rows.append({
+                    "report": Path(path).name, "test": result["test"], "workload": name,
+                    "pairs": n, "load_per_side_s": round(n * seconds),
+                    "false_alarm": float(np.mean(alarms)),
+                    **{f"detect {m} x{args.factor:g}": float(np.mean(v)) for m, v in hits.items()},
+                })  # fmt: skip
+    out = RESULTS / f"gate_power-{args.label}.json"
+    out.write_text(json.dumps({"draws": args.draws, "rows": rows}, indent=1) + "\n")
+    head = sorted({k for r in rows for k in r})
+    head = ["workload", "pairs", "load_per_side_s", "false_alarm"] + [
+        k for k in head if k.startswith("detect")
+    ]
+    lines = [
+        f"A/B mode from A/A runs ({', '.join(Path(f).name for f in args.files)}): "
+        f"{args.draws} bootstrap draws of the pairs each row",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|---" * len(head) + "|",
+    ]
+    for r in rows:
+        cells = [f"{r[k]:.1%}" if isinstance(r.get(k), float) else str(r.get(k, "-"))
+                 for k in head]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -378,10 +446,19 @@ def main() -> None:
         metavar="KEY=FRACTION",
         help="override a default tolerance; results go to LABEL-tol-KEY-FRACTION",
     )
+    b = sub.add_parser("ab", help="A/B mode's detection and false alarms from A/A reports")
+    b.add_argument("label")
+    b.add_argument("files", nargs="+", help="--vllm-json reports of A/A runs")
+    b.add_argument("--metric", action="append", default=[], help="metric made worse (repeatable)")
+    b.add_argument("--factor", type=float, default=1.2)
+    b.add_argument("--pairs", type=lambda s: [int(x) for x in s.split(",")], default=[4, 6, 8])
+    b.add_argument("--draws", type=int, default=200)
     args = parser.parse_args()
     # SIGTERM skips atexit; exit cleanly so the server's process group is stopped.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-    commands = {"collect": collect, "reports": reports, "analyse": analyse, "checks": checks}
+    commands = {
+        "collect": collect, "reports": reports, "analyse": analyse, "checks": checks, "ab": ab_power
+    }  # fmt: skip
     commands[args.command](args)
 
 

@@ -5,16 +5,18 @@
 # Writes TAG.json, TAG.md, TAG.log and tarballs of the baselines and plots to $OUT (or out/gpu).
 set -uo pipefail
 out=${OUT:-out/gpu}
+cache=${VLLM_PERF_CACHE:-.vllm-perf-cache}
 tag=$1
 shift
 mkdir -p "$out"
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -m pytest examples -p pytest_vllm_perf.plugin -p no:cacheprovider -rA \
   --vllm-model-preset=llama-8b --vllm-platform=cuda --vllm-boot-timeout=900 \
+  --vllm-cache-dir="$cache" \
   --vllm-json="$out/$tag.json" --vllm-markdown="$out/$tag.md" --vllm-plots="$out/plots-$tag" \
   "$@" 2>&1 | tee "$out/$tag.log"
 rc=${PIPESTATUS[0]}
 [ -d .vllm-perf ] && tar czf "$out/$tag-baselines.tgz" .vllm-perf
 [ -d "$out/plots-$tag" ] && tar czf "$out/$tag-plots.tgz" -C "$out" "plots-$tag" && rm -rf "$out/plots-$tag"
-tail -c 20000 .vllm-perf-cache/logs/*.log > "$out/$tag-server-logs.txt" 2>/dev/null
+tail -c 20000 "$cache"/logs/*.log > "$out/$tag-server-logs.txt" 2>/dev/null
 exit "$rc"

@@ -186,7 +186,9 @@ def run_ab(
         plan.tolerances,
         gate.gated_metrics(sides["candidate"], plan.gate),
     )
-    return Outcome(plan.test_id, candidate.provenance, sides["candidate"], checks, verdict)
+    return Outcome(
+        plan.test_id, candidate.provenance, sides["candidate"], checks, verdict, sides["base"]
+    )
 
 
 def run_test(

@@ -91,6 +91,25 @@ NAMED: Final[dict[str, Workload]] = {
             "bottleneck. Watch TTFT p50/p99 and request_throughput."
         ),
     ),
+    "api_server": Workload(
+        "api_server",
+        (
+            RequestClass(
+                "doc",
+                prompt_tokens=8000,
+                output_tokens=2,
+                rate=20.0,
+                text=True,
+                shared_prompt=True,
+            ),
+        ),
+        gate=("ttft_p50_ms", "ttft_p99_ms"),
+        description=(
+            "One long shared document as text, asked about at a steady rate: the prefix "
+            "cache serves the prefill, so the GPU idles and the API server's tokenizing "
+            "is what TTFT measures. The load api_server_count is meant to relieve."
+        ),
+    ),
 }
 
 

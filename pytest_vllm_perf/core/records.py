@@ -210,6 +210,8 @@ class GateStatus(StrEnum):
     OTHER_HARDWARE = "other hardware"
     # compared and shown, not gated: the baseline was measured with another vLLM release
     OTHER_RELEASE = "other release"
+    # compared and shown, not gated: the baseline was measured on another model
+    OTHER_MODEL = "other model"
     AB = "a/b"  # compared with the base side of an A/B run, not with a stored baseline
 
 
@@ -261,13 +263,18 @@ class GateResult:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One test's measurement under one profile: provenance, checks and gate result."""
+    """One test's measurement under one profile: provenance, checks and gate result.
+
+    ``base`` is the base side's measurement of an A/B run (its passes pair with
+    ``result``'s), kept so that reports can show, and benchmarks re-judge, both sides.
+    """
 
     test_id: str
     provenance: Provenance
     result: Measurement
     checks: tuple[Check, ...]
     gate: GateResult | None = None
+    base: Measurement | None = None
 
     @property
     def profile(self) -> str:

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Final
 
 from pytest_vllm_perf.core.errors import ThresholdError, WorkloadError
 from pytest_vllm_perf.core.registry import metric
@@ -27,6 +27,10 @@ class RequestClass:
     ``users`` keeps that many requests in flight back to back; ``rate`` sends
     requests at that mean rate per second, whatever the server's pace. ``text``
     sends words rather than token ids, so the API server has to tokenize them.
+    ``shared_prompt`` sends one seeded prompt in every request of the class, as a
+    long shared document or system prompt does: vLLM's prefix cache then serves
+    its prefill, the GPU's share shrinks to the last block, and what the load
+    measures is the API server's own work (tokenizing the text).
     """
 
     name: str
@@ -35,12 +39,16 @@ class RequestClass:
     users: int = 0
     rate: float = 0.0
     text: bool = False
+    shared_prompt: bool = False
 
     def __post_init__(self) -> None:
         if self.prompt_tokens < 1 or self.output_tokens < 1:
             raise WorkloadError(f"class {self.name!r}: token counts must be >= 1")
         if (self.users > 0) == (self.rate > 0):
             raise WorkloadError(f"class {self.name!r}: set exactly one of users and rate")
+
+
+LATER_FIELDS: Final[dict[str, object]] = {"shared_prompt": False}
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,11 @@ class Workload:
         body = self.to_dict()
         body.pop("description")
         body.pop("gate")
+        for cls in body["classes"]:
+            # fields added later count only when set, so older baselines keep their key
+            for name, default in LATER_FIELDS.items():
+                if cls.get(name) == default:
+                    del cls[name]
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
     def override(self, changes: Mapping[str, Any]) -> Workload:

@@ -69,6 +69,8 @@ class _Run:
     dead: bool = False
 
     def spec(self, cls: RequestClass, rng: random.Random) -> client.RequestSpec:
+        if cls.shared_prompt:  # the same draw every time: the prefix cache serves it
+            rng = random.Random(f"{self.workload.seed}:{cls.name}")
         prompt: list[int] | str = (
             self.factory.text(cls.prompt_tokens, rng)
             if cls.text

@@ -19,6 +19,7 @@ from pytest_vllm_perf.core.records import (
     Check,
     GateResult,
     GateStatus,
+    Measurement,
     MetricVerdict,
     Outcome,
     Verdict,
@@ -292,6 +293,18 @@ def _verdict_json(v: MetricVerdict) -> dict[str, Any]:
     }
 
 
+def _passes_json(result: Measurement) -> list[dict[str, Any]]:
+    return [
+        {
+            "index": p.index,
+            "duration_s": p.duration_s,
+            "overloaded": p.overloaded,
+            "metrics": bench_serve_keys(m),
+        }
+        for p, m in zip(result.passes, result.pass_metrics, strict=True)
+    ]
+
+
 def to_json(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     results = []
     for o in outcomes:
@@ -309,15 +322,8 @@ def to_json(outcomes: Sequence[Outcome]) -> dict[str, Any]:
                 "duration": round(o.result.duration_s, 3),
                 "metrics": bench_serve_keys(o.result.metrics),
                 "distribution": baseline.distribution(o.result),
-                "passes": [
-                    {
-                        "index": p.index,
-                        "duration_s": p.duration_s,
-                        "overloaded": p.overloaded,
-                        "metrics": bench_serve_keys(m),
-                    }
-                    for p, m in zip(o.result.passes, o.result.pass_metrics, strict=True)
-                ],
+                "passes": _passes_json(o.result),
+                **({"base_passes": _passes_json(o.base)} if o.base is not None else {}),
                 "thresholds": [
                     {"key": c.key, "limit": c.limit, "measured": c.measured, "passed": c.passed}
                     for c in o.checks

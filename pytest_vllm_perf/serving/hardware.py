@@ -12,7 +12,7 @@ import platform as _platform
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +28,7 @@ __all__ = [
     "hardware_class",
     "interpreter_versions",
     "parallelism",
+    "visible",
 ]
 
 
@@ -38,15 +39,34 @@ def version(dist: str) -> str | None:
         return None
 
 
-@cache
 def gpu_names() -> tuple[str, ...]:
-    """Names of the NVIDIA GPUs nvidia-smi sees; empty without a driver."""
+    """Names of the NVIDIA GPUs this process may use; empty without a driver.
+
+    nvidia-smi lists every GPU of the host, so ``CUDA_VISIBLE_DEVICES`` (indices)
+    picks among them: one of two H200s is the ``1x NVIDIA H200`` class.
+    """
+    return visible(_all_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def visible(gpus: Sequence[tuple[str, str]], mask: str | None) -> tuple[str, ...]:
+    """The names of ``gpus`` (index, name) that a ``CUDA_VISIBLE_DEVICES`` value keeps."""
+    if mask is None or not mask.strip():
+        return tuple(name for _, name in gpus) if mask is None else ()
+    wanted = [part.strip() for part in mask.split(",")]
+    by_index = dict(gpus)
+    if not all(part in by_index for part in wanted):  # UUIDs or MIG names: trust nvidia-smi
+        return tuple(name for _, name in gpus)
+    return tuple(by_index[part] for part in wanted)
+
+
+@cache
+def _all_gpus() -> tuple[tuple[str, str], ...]:
     smi = shutil.which("nvidia-smi")
     if not smi:
         return ()
     try:
         out = subprocess.run(  # noqa: S603 - fixed argv, no shell
-            [smi, "--query-gpu=name", "--format=csv,noheader"],
+            [smi, "--query-gpu=index,name", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=20,
@@ -54,7 +74,8 @@ def gpu_names() -> tuple[str, ...]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return ()
-    return tuple(line.strip() for line in out.splitlines() if line.strip())
+    rows = (line.split(",", 1) for line in out.splitlines() if "," in line)
+    return tuple((index.strip(), name.strip()) for index, name in rows)
 
 
 def detect_platform() -> Platform:

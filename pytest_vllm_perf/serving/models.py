@@ -11,13 +11,26 @@ import json
 import os
 import random
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
-__all__ = ["LLAMA_8B", "PRESETS", "TINY", "ModelPreset", "build", "max_context", "words"]
+__all__ = [
+    "LLAMA_8B",
+    "LLAMA_70B",
+    "PRESETS",
+    "TINY",
+    "ModelPreset",
+    "TokenizerKind",
+    "build",
+    "max_context",
+    "train_tokenizer",
+    "words",
+]
 
 WORDS_SEED: Final = 1234
+TokenizerKind = Literal["word", "bpe"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,10 @@ class ModelPreset:
     max_position_embeddings: int
     vocab_size: int
     rope_theta: float = 500000.0
+    # "word": one token per word, nearly free to run (the tiny CPU model, where speed
+    # matters). "bpe": byte-level BPE like Llama 3's, whose tokenization costs what a
+    # real model's does (bench/results/tokenizer_cost.md).
+    tokenizer: TokenizerKind = "word"
 
     def config(self) -> dict[str, object]:
         """The ``config.json`` of this preset."""
@@ -52,6 +69,9 @@ class ModelPreset:
             "hidden_act": "silu",
             "tie_word_embeddings": False,
             "torch_dtype": "bfloat16",
+            # without it transformers 5 warns that a local tokenizer may have Mistral's
+            # broken regex; the configs of Llama 3.1 carry it too
+            "transformers_version": "4.43.0",
             "bos_token_id": 1,
             "eos_token_id": 2,
         }
@@ -59,10 +79,28 @@ class ModelPreset:
 
 # Small enough to boot in ~35 s on two CPU cores; 8192 context so real profiles fit.
 TINY = ModelPreset("tiny-llama", 256, 512, 2, 4, 4, 8192, 4096)
-# The layer sizes of Llama-3.1-8B; only the vocabulary is smaller (a local tokenizer).
-LLAMA_8B = ModelPreset("llama-3.1-8b-shaped", 4096, 14336, 32, 32, 8, 131072, 32000)
-PRESETS: Final = {"tiny": TINY, "llama-8b": LLAMA_8B}
+# The layer sizes of Llama-3.1-8B and its vocabulary size, with a byte-level BPE
+# tokenizer trained here (no hub): the LM head and the tokenizer cost what they do
+# for the real model.
+LLAMA_8B = ModelPreset(
+    "llama-3.1-8b-shaped", 4096, 14336, 32, 32, 8, 131072, 128256, tokenizer="bpe"
+)
+# Llama-3.1-70B's shapes: 140 GB of bf16 weights, so it needs tensor parallelism 2 on
+# H200s, and its KV cache (320 KiB a token) is small enough there that the
+# gpu_memory_utilization and max_model_len advice can matter.
+LLAMA_70B = ModelPreset(
+    "llama-3.1-70b-shaped", 8192, 28672, 80, 64, 8, 131072, 128256, tokenizer="bpe"
+)
+PRESETS: Final = {"tiny": TINY, "llama-8b": LLAMA_8B, "llama-70b": LLAMA_70B}
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
+# BPE training text: this many distinct words, drawn with Zipf-like weights, so that
+# frequent words become one token and rare ones split, as in natural text.
+BPE_WORDS: Final = 200_000
+BPE_LINES: Final = 2000
+LLAMA3_SPLIT: Final = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 
 def words(count: int, seed: int = WORDS_SEED) -> list[str]:
@@ -79,13 +117,16 @@ def words(count: int, seed: int = WORDS_SEED) -> list[str]:
 
 def build(preset: ModelPreset, cache_dir: Path) -> Path:
     """The model folder for ``preset`` under ``cache_dir``, built once and then reused."""
-    key = json.dumps(asdict(preset), sort_keys=True)
+    fields = asdict(preset)
+    if preset.tokenizer == "word":  # the key from before tokenizers had a kind
+        del fields["tokenizer"]
+    key = json.dumps(fields, sort_keys=True)
     folder = cache_dir / f"{preset.name}-{abs(hash_text(key)) % 10**10}"
     if (folder / "config.json").is_file():
         return folder
     cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=cache_dir))
-    _train_tokenizer(preset.vocab_size, staging)
+    train_tokenizer(preset.tokenizer, preset.vocab_size, staging)
     (staging / "config.json").write_text(json.dumps(preset.config(), indent=2) + "\n")
     (staging / "generation_config.json").write_text(
         json.dumps({"bos_token_id": 1, "eos_token_id": 2}) + "\n"
@@ -105,18 +146,45 @@ def hash_text(text: str) -> int:
     return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16)
 
 
-def _train_tokenizer(vocab_size: int, folder: Path) -> None:
-    """Train a word-level tokenizer whose every word is exactly one token."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def train_tokenizer(kind: TokenizerKind, vocab_size: int, folder: Path) -> None:
+    """Train a tokenizer of ``vocab_size`` tokens into ``folder`` (tokenizer.json and config).
 
-    vocab = words(vocab_size - len(SPECIAL_TOKENS))
-    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))  # noqa: S106
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
-    trainer = trainers.WordLevelTrainer(
-        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), min_frequency=1
-    )
-    tokenizer.train_from_iterator([" ".join(vocab)], trainer=trainer)
+    ``word``: every word of :func:`words` is exactly one token. ``bpe``: byte-level
+    BPE, as Llama 3 and GPT-style models use, trained on seeded text until the
+    vocabulary is full (15 s for 128256 tokens on one core here).
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if kind == "word":
+        vocab = words(vocab_size - len(SPECIAL_TOKENS))
+        tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))  # noqa: S106
+        tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+        word_trainer = trainers.WordLevelTrainer(
+            vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), min_frequency=1
+        )
+        tokenizer.train_from_iterator([" ".join(vocab)], trainer=word_trainer)
+    else:
+        tokenizer = Tokenizer(models.BPE())
+        # Llama 3's tokenizer.json: its split regex, then bytes mapped to characters
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+        tokenizer.decoder = decoders.ByteLevel()
+        bpe_trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=list(SPECIAL_TOKENS),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tokenizer.train_from_iterator(_bpe_text(), trainer=bpe_trainer)
+        if tokenizer.get_vocab_size() != vocab_size:  # the config's vocab_size must match
+            raise RuntimeError(
+                f"BPE training reached {tokenizer.get_vocab_size()} tokens, not {vocab_size}"
+            )
     tokenizer.save(str(folder / "tokenizer.json"))
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -129,6 +197,18 @@ def _train_tokenizer(vocab_size: int, folder: Path) -> None:
         "clean_up_tokenization_spaces": False,
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _bpe_text() -> Iterator[str]:
+    """Seeded lines of words with Zipf-like frequencies, then every word once."""
+    # another seed than the prompt pool's, so that pool words split as a real text's
+    # rarer words do: 1.4 tokens a word (English text in Llama 3's: about 1.3)
+    vocab = words(BPE_WORDS, seed=WORDS_SEED + 1)
+    weights = [1.0 / (rank + 10) for rank in range(len(vocab))]
+    rng = random.Random(WORDS_SEED)
+    for _ in range(BPE_LINES):
+        yield " ".join(rng.choices(vocab, weights=weights, k=500))
+    yield " ".join(vocab)
 
 
 def max_context(model: str) -> int | None:

@@ -56,7 +56,8 @@ class ServerHandle:
     platform: Platform
     provenance: Provenance
     server: VllmServer | ExternalServer
-    embedded: bool = False  # an embedded dummy-weight model with the word-level tokenizer
+    embedded: bool = False  # an embedded dummy-weight model (serving.models)
+    tokenizer: str = ""  # an embedded model's tokenizer kind: "word" (exact) or "bpe"
 
     @property
     def profile(self) -> str:
@@ -176,7 +177,10 @@ class ServerPool:
         provenance = self._provenance(
             profile, platform, model_id, settings, spec.argv(vllm.port), vllm.boot_s, python
         )
-        return ServerHandle(vllm.base_url, spec.model, platform, provenance, vllm, embedded)
+        kind = models.PRESETS[self.config.preset].tokenizer if embedded else ""
+        return ServerHandle(
+            vllm.base_url, spec.model, platform, provenance, vllm, embedded, tokenizer=kind
+        )
 
     def _attach(self, profile: Profile) -> ServerHandle:
         """Measure a server someone else started; its model is whatever it serves."""

@@ -101,6 +101,16 @@ def evaluate(
         pair=True,
     )
     note = compare.passes_note(stored.boots, current, len(gated))
+    model, stored_model = provenance.environment.model, stored.environment.get("model")
+    if stored_model and stored_model != model:
+        # another model (an embedded preset's shape or tokenizer changed): its figures
+        # are another model's, so a difference says nothing about the change under test
+        verdicts = [dataclasses.replace(v, gated=False) for v in verdicts]
+        note = (
+            f"the baseline was measured on model {stored_model}, this run serves {model}: "
+            "compared, not gated (re-save the baseline)"
+        )
+        return GateResult(GateStatus.OTHER_MODEL, path, tuple(verdicts), changes, note)
     ours = provenance.environment.vllm_version
     theirs = stored.environment.get("vllm_version")
     if theirs and ours and theirs != ours and not gate_other_release:

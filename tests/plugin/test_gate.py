@@ -158,6 +158,27 @@ def test_baseline_of_another_release_is_reported_not_gated(project, fake_vllm):
     result.stdout.fnmatch_lines(["*>> tpot_mean_ms:*regressed*", "*vllm_version 0.0.1 -> *"])
 
 
+def test_baseline_of_another_model_is_reported_not_gated(project, fake_vllm):
+    # a preset's shape or tokenizer changed (llama-8b got its 128256-token BPE):
+    # its old figures are another model's
+    run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
+    [path] = stored(project)
+    data = json.loads(path.read_text())
+    data["boots"][0]["environment"]["model"] = "llama-3.1-8b-shaped-3181329526"
+    path.write_text(json.dumps(data))
+    fake_vllm.delay_s *= 4
+    result = run(project, fake_vllm)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_perf*p*pass*other model*",
+            "*baseline was measured on model llama-3.1-8b-shaped-3181329526, this run serves *"
+            ": compared, not gated (re-save the baseline)*",
+            "*tpot_mean_ms*regressed*[[]reported, not gated[]]*",
+        ]
+    )
+
+
 def test_json_and_markdown_reports(project, fake_vllm, monkeypatch):
     summary = project.path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))

@@ -1,8 +1,18 @@
 from __future__ import annotations
 
 import json
+import random
+import time
+
+import pytest
 
 from pytest_vllm_perf.serving import models
+
+
+@pytest.fixture(scope="module")
+def llama_8b(tmp_path_factory):
+    """The 8B preset's folder: its 128256-token BPE takes about 15 s to train."""
+    return models.build(models.LLAMA_8B, tmp_path_factory.mktemp("models"))
 
 
 def test_tiny_model_folder_has_a_working_tokenizer(tmp_path):
@@ -18,8 +28,8 @@ def test_tiny_model_folder_has_a_working_tokenizer(tmp_path):
     assert len(tok.encode(text).ids) == 50  # one word, one token: text prompts are exact
 
 
-def test_llama_8b_preset_has_the_8b_layer_sizes(tmp_path):
-    folder = models.build(models.LLAMA_8B, tmp_path)
+def test_llama_8b_preset_has_the_8b_layer_sizes(llama_8b):
+    folder = llama_8b
     config = json.loads((folder / "config.json").read_text())
     assert {
         k: config[k]
@@ -42,5 +52,54 @@ def test_llama_8b_preset_has_the_8b_layer_sizes(tmp_path):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(folder))
-    assert len(tok) == config["vocab_size"]
+    assert len(tok) == config["vocab_size"] == 128256
     assert tok.encode("baba", add_special_tokens=False)
+
+
+def test_presets_tokenizer_is_byte_level_bpe_of_llama_3_size(llama_8b):
+    from tokenizers import Tokenizer
+
+    data = json.loads((llama_8b / "tokenizer.json").read_text())
+    assert data["model"]["type"] == "BPE"
+    kinds = [p["type"] for p in data["pre_tokenizer"]["pretokenizers"]]
+    assert kinds == ["Split", "ByteLevel"]  # Llama 3's regex split, then bytes
+    assert data["decoder"]["type"] == "ByteLevel"
+    tok = Tokenizer.from_file(str(llama_8b / "tokenizer.json"))
+    assert tok.get_vocab_size() == 128256
+    # words split into sub-word pieces, as a real text's rarer words do
+    text = " ".join(models.words(200))
+    assert 1.1 < len(tok.encode(text).ids) / 200 < 2.0
+    # any bytes round-trip: emoji, accents and digits have no unknown token
+    odd = "naïve 😀 3.14159 über"
+    assert tok.decode(tok.encode(odd).ids) == odd
+    # the 70B preset uses the same tokenizer kind and vocabulary
+    assert (models.LLAMA_70B.tokenizer, models.LLAMA_70B.vocab_size) == ("bpe", 128256)
+    assert models.LLAMA_70B.config()["num_hidden_layers"] == 80
+
+
+def test_bpe_costs_more_to_tokenize_than_word_level(llama_8b, tmp_path):
+    """A 2000-token text through each, timed as a ratio (bench/tokenizer_cost.py has the figures).
+
+    Interleaved calls and the fastest of many, so that a busy machine slows both
+    alike and a stall drops out; only the direction is asserted.
+    """
+    from transformers import AutoTokenizer
+
+    bpe = AutoTokenizer.from_pretrained(str(llama_8b))
+    word = AutoTokenizer.from_pretrained(str(models.build(models.TINY, tmp_path)))
+    pool, rng = models.words(2000), random.Random(0)
+    word_text = " ".join(rng.choices(pool, k=2000))
+    per_word = len(bpe.encode(" ".join(pool), add_special_tokens=False)) / len(pool)
+    bpe_text = " ".join(rng.choices(pool, k=round(2000 / per_word)))
+    assert len(word.encode(word_text, add_special_tokens=False)) == 2000
+    assert abs(len(bpe.encode(bpe_text, add_special_tokens=False)) - 2000) < 100
+    best = {"bpe": float("inf"), "word": float("inf")}
+    for _ in range(40):
+        for name, tok, text in (("bpe", bpe, bpe_text), ("word", word, word_text)):
+            start = time.perf_counter()
+            tok.encode(text, add_special_tokens=False)
+            best[name] = min(best[name], time.perf_counter() - start)
+    ratio = best["bpe"] / best["word"]
+    print(f"2000 tokens: BPE {best['bpe'] * 1e3:.2f} ms, word-level "
+          f"{best['word'] * 1e3:.2f} ms, x{ratio:.2f}")  # fmt: skip
+    assert ratio > 1.0

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Background GPU jobs that outlive one device command (a command may run 10 minutes,
+# the jobs run longer), polled by later commands. From the repository root:
+#   bench/gpu_jobs.sh start NAME GPUS -- CMD...   run CMD in the background on GPUS
+#   bench/gpu_jobs.sh wait SECONDS                  until every job ends, or SECONDS pass
+#   bench/gpu_jobs.sh collect                       tar every job's folder into $OUT
+# Each job gets its own folder under ~/gpu-jobs/NAME (its log and $OUT) and its own
+# vLLM compile cache (VLLM_CACHE_ROOT), so that two jobs never write one cache at once.
+set -uo pipefail
+jobs_dir=~/gpu-jobs
+mkdir -p "$jobs_dir"
+case "$1" in
+start)
+  name=$2 gpus=$3
+  shift 4
+  dir=$jobs_dir/$name
+  mkdir -p "$dir/out"
+  CUDA_VISIBLE_DEVICES=$gpus VLLM_CACHE_ROOT=~/vllm-cache-$name OUT=$dir/out \
+    VLLM_PERF_CACHE=~/perf-cache-$name PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 \
+    setsid nohup bash -c '"$@"; echo "exit $?" > "$0/rc"' "$dir" "$@" > "$dir/log" 2>&1 < /dev/null &
+  echo "started $name on GPU $gpus: $*"
+  ;;
+wait)
+  end=$((SECONDS + $2))
+  while [ $SECONDS -lt $end ]; do
+    running=0
+    for dir in "$jobs_dir"/*/; do [ -f "$dir/rc" ] || running=1; done
+    [ $running = 0 ] && break
+    sleep 5
+  done
+  for dir in "$jobs_dir"/*/; do
+    echo "== $(basename "$dir"): $(cat "$dir/rc" 2>/dev/null || echo running)"
+    tail -n 4 "$dir/log" | cut -c1-300
+  done
+  nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
+  ;;
+collect)
+  tar czf "$OUT/gpu-jobs.tgz" -C "$jobs_dir" . && ls -la "$OUT"
+  ;;
+esac
