@@ -30,7 +30,8 @@ wait)
   done
   for dir in "$jobs_dir"/*/; do
     echo "== $(basename "$dir"): $(cat "$dir/rc" 2>/dev/null || echo running)"
-    tail -n 4 "$dir/log" | cut -c1-300
+    if [ -f "$dir/rc" ] && ! grep -q "exit 0" "$dir/rc"; then n=40; else n=4; fi
+    tail -n $n "$dir/log" | cut -c1-300
   done
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
   ;;

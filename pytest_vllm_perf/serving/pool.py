@@ -12,6 +12,7 @@ other tests fail at once instead of rebooting.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.request
 from dataclasses import dataclass, field, replace
@@ -214,7 +215,9 @@ def served_model(base_url: str) -> str:
 
 
 def wait_for_gpu_memory(timeout_s: float, progress: Progress, settle_mib: int = 2048) -> None:
-    """Wait until the GPUs hold less than ``settle_mib`` MiB, so the next boot sees them free."""
+    """Wait until this process's GPUs hold less than ``settle_mib`` MiB, so the next boot
+    sees them free. Only the ``CUDA_VISIBLE_DEVICES`` ones: another job on the host's
+    other GPU must not hold this one up."""
     import shutil
     import subprocess
 
@@ -224,12 +227,15 @@ def wait_for_gpu_memory(timeout_s: float, progress: Progress, settle_mib: int = 
     deadline = time.monotonic() + timeout_s
     while True:
         out = subprocess.run(  # noqa: S603 - fixed argv
-            [smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            [smi, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             check=False,
         ).stdout
-        used = [int(x) for x in out.split() if x.isdigit()]
+        rows = [tuple(x.strip() for x in line.split(",")) for line in out.splitlines()]
+        by_gpu = [(r[0], r[1]) for r in rows if len(r) == 2 and r[1].isdigit()]
+        mine = hardware.visible(by_gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        used = [int(x) for x in mine]
         if not used or max(used) < settle_mib or time.monotonic() > deadline:
             return
         progress(f"waiting for GPU memory to be released ({max(used)} MiB in use)")
