@@ -380,7 +380,7 @@ def ab_power(args: argparse.Namespace) -> None:
                     ]  # fmt: skip
                     found = _verdicts(name, [boots[0]], boots[1], range(n), platform, {})
                     alarms.append(any(v is Verdict.REGRESSED and g for v, g in found.values()))
-                    for m in metrics:
+                    for m in [m for m in metrics if m in found]:  # compared for this one
                         hit = _verdicts(name, [boots[0]], boots[1], range(n), platform,
                                         {m: args.factor})  # fmt: skip
                         hits[m].append(hit[m][0] is Verdict.REGRESSED)
@@ -388,7 +388,8 @@ def ab_power(args: argparse.Namespace) -> None:
                     "report": Path(path).name, "test": result["test"], "workload": name,
                     "pairs": n, "load_per_side_s": round(n * seconds),
                     "false_alarm": float(np.mean(alarms)),
-                    **{f"detect {m} x{args.factor:g}": float(np.mean(v)) for m, v in hits.items()},
+                    **{f"detect {m} x{args.factor:g}": float(np.mean(v))
+                       for m, v in hits.items() if v},
                 })  # fmt: skip
     out = RESULTS / f"gate_power-{args.label}.json"
     out.write_text(json.dumps({"draws": args.draws, "rows": rows}, indent=1) + "\n")

@@ -80,7 +80,7 @@ def metrics_table() -> str:
 
 def _class(c: RequestClass) -> str:
     load = f"{c.users} users" if c.users else f"{c.rate:g}/s arrivals"
-    text = ", text" if c.text else ""
+    text = (", text" if c.text else "") + (", one shared prompt" if c.shared_prompt else "")
     return f"`{c.name}`: {c.prompt_tokens} in, {c.output_tokens} out, {load}{text}"
 
 

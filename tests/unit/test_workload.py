@@ -42,7 +42,7 @@ def test_yaml_file(tmp_path):
 
 
 def test_unknown_named_workload():
-    with pytest.raises(WorkloadError, match="built in: decode, interference"):
+    with pytest.raises(WorkloadError, match="built in: api_server, decode, interference"):
         workload.named("nope")
 
 
@@ -63,3 +63,27 @@ def test_gate_names_a_compared_metric_of_a_class_it_has():
 def test_gate_does_not_change_the_load_hash():
     w = workload.named("decode")
     assert w.override({"gate": ["itl_p50_ms"]}).hash == w.hash
+
+
+def test_a_later_field_at_its_default_keeps_the_stored_baselines_key():
+    # the hashes the committed baselines were saved under, before shared_prompt existed
+    assert workload.named("decode").hash == "ace291462fc9d360"
+    assert workload.named("interference").hash == "13b81b5bec0e8e40"
+    shared = workload.named("decode").override({"chat": {"shared_prompt": True}})
+    assert shared.hash != workload.named("decode").hash
+
+
+def test_a_shared_prompt_class_sends_one_prompt_and_the_others_fresh_ones():
+    import random
+
+    from pytest_vllm_perf.load import prompts, runner
+
+    factory = prompts.PromptFactory(tuple(range(100, 200)), ("ba", "ke", "lo"), 1.0)
+    api = workload.named("api_server")
+    run = runner._Run(api, None, "", "m", factory)  # type: ignore[arg-type]
+    [doc] = api.classes
+    rng = random.Random(1)
+    sent = {str(run.spec(doc, rng).prompt) for _ in range(3)}
+    assert len(sent) == 1
+    fresh = workload.named("decode").classes[0]
+    assert len({str(run.spec(fresh, rng).prompt) for _ in range(3)}) == 3
