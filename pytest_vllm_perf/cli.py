@@ -9,6 +9,10 @@
   run. Without ``--add`` the first report replaces the stored baseline; each
   later report (and every report with ``--add``) is added as a boot, refused if
   its workload or profile differs. Files are written atomically.
+- ``claims FILE [--root DIR] [--readme README.md [--check]]``: the tuning-claims
+  table (``report.claims``), each advice judged from the committed A/B report it
+  cites; ``--readme`` rewrites the file's ``<!-- claims -->`` block, ``--check``
+  exits 1 when that block no longer matches the results.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import BaselineError
-from pytest_vllm_perf.report import text
+from pytest_vllm_perf.report import claims, text
 from pytest_vllm_perf.verdict import baseline
 
 __all__ = ["main", "promote", "sides"]
@@ -81,8 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("reports", nargs="+", type=Path, help="--vllm-json reports, oldest first")
     up.add_argument("--store", default=".vllm-perf", type=Path, help="baseline store folder")
     up.add_argument("--add", action="store_true", help="add boots to the stored baselines")
+    cl = sub.add_parser("claims", help="the tuning-claims table from committed A/B reports")
+    cl.add_argument("file", type=Path, help="the claims YAML file")
+    cl.add_argument("--root", default=Path(), type=Path, help="where its result paths start")
+    cl.add_argument("--readme", type=Path, help="rewrite this file's <!-- claims --> block")
+    cl.add_argument("--check", action="store_true", help="with --readme: exit 1 if stale")
     args = parser.parse_args(argv)
     try:
+        if args.command == "claims":
+            return _claims(args)
         if args.command == "promote":
             print("\n".join(promote(args.reports, args.store, args.add)))
             return 0
@@ -92,6 +104,22 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     print("\n".join(lines).strip() or "no test has baselines under two or more profiles")
+    return 0
+
+
+def _claims(args: argparse.Namespace) -> int:
+    table = claims.markdown([claims.evaluate(c, args.root) for c in claims.load(args.file)])
+    if args.readme is None:
+        print(table)
+        return 0
+    old = args.readme.read_text(encoding="utf-8")
+    new = claims.render(old, table)
+    if args.check:
+        if new != old:
+            print(f"{args.readme}: the claims table is stale; rerun without --check")
+            return 1
+        return 0
+    atomic.write_text(args.readme, new)
     return 0
 
 

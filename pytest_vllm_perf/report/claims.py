@@ -1,0 +1,185 @@
+"""The tuning-claims table: each piece of advice beside what a committed result measured.
+
+A claims file (YAML, ``claims:`` a list) names, for each piece of advice, the
+committed ``--vllm-json`` report of an A/B run that tests it (the advised profile
+as the candidate, the one it replaces as the base), the metrics the advice says
+it improves (``claimed``) and the ones it may cost (``watched``). Every ratio and
+interval is recomputed here from the report's passes, pass k of the candidate
+against pass k of the base, each metric judged on its own (no correction over a
+row), so the table cannot drift from the files it cites. The outcome word:
+
+- ``holds``: some claimed metric ``improved`` and none ``regressed``, nor any watched one;
+- ``trades``: a metric ``improved`` and another ``regressed``;
+- ``fails``: a claimed metric ``regressed`` and none ``improved``;
+- ``no change``: every metric ``unchanged``; ``inconclusive``: the rest;
+- ``not measured``: no result yet (``result: null`` and a ``why``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from pytest_vllm_perf.core.errors import BaselineError
+from pytest_vllm_perf.core.records import MetricVerdict, Verdict
+from pytest_vllm_perf.core.registry import default_tolerances, from_bench_serve_key
+from pytest_vllm_perf.verdict import compare
+
+__all__ = ["Claim", "ClaimRow", "evaluate", "load", "markdown", "render"]
+
+KEYS: Final = frozenset(
+    {"advice", "result", "test", "profile", "command", "claimed", "watched", "tolerances", "why"}
+)
+BLOCK: Final = re.compile(r"(<!-- claims -->\n)(?:.*?\n)?(<!-- /claims -->)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One piece of advice and where its test result is."""
+
+    advice: str
+    result: str | None = None  # a report, relative to the claims file's repository root
+    test: str | None = None  # which test of the report (None: its only A/B result)
+    profile: str | None = None  # the candidate profile (None: any)
+    command: str = ""
+    claimed: tuple[str, ...] = ()
+    watched: tuple[str, ...] = ()
+    tolerances: Mapping[str, float] | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    claim: Claim
+    outcome: str
+    verdicts: tuple[MetricVerdict, ...] = ()
+    base: str = ""
+    candidate: str = ""
+
+
+def load(path: Path) -> list[Claim]:
+    """The claims of a YAML file; a BaselineError names the file and the bad key."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise BaselineError(f"{path}: cannot read the claims file: {exc}") from None
+    entries = data.get("claims") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise BaselineError(f"{path}: expected a mapping with a 'claims' list")
+    claims = []
+    for i, entry in enumerate(entries):
+        unknown = sorted(set(entry) - KEYS) if isinstance(entry, dict) else ["(not a mapping)"]
+        if unknown or "advice" not in entry:
+            raise BaselineError(f"{path}: claims[{i}]: unknown key {unknown[:1]} or no 'advice'")
+        if entry.get("result") is None and not entry.get("why"):
+            raise BaselineError(f"{path}: claims[{i}]: a claim with no result needs a 'why'")
+        claims.append(
+            Claim(
+                **{
+                    **entry,
+                    "claimed": tuple(entry.get("claimed", ())),
+                    "watched": tuple(entry.get("watched", ())),
+                }
+            )
+        )
+    return claims
+
+
+def _report_entry(claim: Claim, root: Path) -> Mapping[str, Any]:
+    assert claim.result is not None
+    path = root / claim.result
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BaselineError(f"{path}: cannot read the report: {exc}") from None
+    results = data.get("report", data).get("results", [])  # bench/gpu_advice.py nests it
+    found: list[Mapping[str, Any]] = [
+        r
+        for r in results
+        if "base_passes" in r
+        and (claim.test is None or r["test"] == claim.test)
+        and (claim.profile is None or r["profile"] == claim.profile)
+    ]
+    if len(found) != 1:
+        raise BaselineError(
+            f"{path}: {len(found)} A/B results match test {claim.test!r}, "
+            f"profile {claim.profile!r}: expected one"
+        )
+    return found[0]
+
+
+def _passes(entries: Sequence[Mapping[str, Any]]) -> compare.Passes:
+    return compare.Passes(
+        metrics=tuple(
+            {from_bench_serve_key(k): float("nan") if v is None else float(v)
+             for k, v in p["metrics"].items()}
+            for p in entries
+        ),
+        indices=tuple(int(p["index"]) for p in entries),
+        durations=tuple(float(p["duration_s"]) for p in entries),
+    )  # fmt: skip
+
+
+def evaluate(claim: Claim, root: Path) -> ClaimRow:
+    """Judge one claim from its committed report (``root``: where its path starts)."""
+    if claim.result is None:
+        return ClaimRow(claim, "not measured")
+    entry = _report_entry(claim, root)
+    platform = str(entry["environment"]["platform"])
+    tolerances = {**default_tolerances(platform), **(claim.tolerances or {})}
+    keys = tuple(dict.fromkeys((*claim.claimed, *claim.watched)))
+    verdicts = tuple(
+        compare.compare(
+            [_passes(entry["base_passes"])], _passes(entry["passes"]), keys, tolerances, pair=True
+        )
+    )
+    base = str(entry["baseline"]["path"]).removeprefix("the A/B base side ")
+    return ClaimRow(claim, _outcome(claim, verdicts), verdicts, base, repr(entry["profile"]))
+
+
+def _outcome(claim: Claim, verdicts: Sequence[MetricVerdict]) -> str:
+    by = {v.metric: v.verdict for v in verdicts}
+    improved = [k for k, v in by.items() if v is Verdict.IMPROVED]
+    regressed = [k for k, v in by.items() if v is Verdict.REGRESSED]
+    if improved and regressed:
+        return "trades"
+    if improved and any(k in claim.claimed for k in improved):
+        return "holds"
+    if any(k in claim.claimed for k in regressed) and not improved:
+        return "fails"
+    if all(v is Verdict.UNCHANGED for v in by.values()):
+        return "no change"
+    return "inconclusive"
+
+
+def markdown(rows: Sequence[ClaimRow]) -> str:
+    """The claims table, one row per advice, one line per metric in its cells."""
+    lines = [
+        "| advice | outcome | measured (candidate against base, pass k against pass k) | result |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        c = row.claim
+        if not row.verdicts:
+            measured = c.why
+        else:
+            measured = f"{row.candidate} against {row.base}: " + "; ".join(
+                f"{v.metric} x{v.ratio:.3f} (95% CI x{v.low:.3f}..x{v.high:.3f}) {v.verdict}"
+                for v in row.verdicts
+            )
+        where = f"`{c.result}`" + (f", `{c.command}`" if c.command else "") if c.result else "-"
+        lines.append(f"| {c.advice} | **{row.outcome}** | {measured} | {where} |")
+    return "\n".join(lines)
+
+
+def render(text: str, table: str) -> str:
+    """``text`` with its ``<!-- claims -->`` block replaced by ``table``."""
+    if not BLOCK.search(text):
+        raise BaselineError("no <!-- claims --> ... <!-- /claims --> block")
+    return BLOCK.sub(lambda m: f"{m.group(1)}{table}\n{m.group(2)}", text)

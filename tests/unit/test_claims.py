@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from pytest_vllm_perf import cli
+from pytest_vllm_perf.core.errors import BaselineError
+from pytest_vllm_perf.core.records import MetricVerdict, Verdict
+from pytest_vllm_perf.report import claims
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_readme_claims_table_matches_the_committed_results():
+    # regenerated from the reports the claims file cites: a re-run result, an edited
+    # claim or a hand-edited table makes this fail
+    args = ["claims", str(ROOT / "bench/results/claims.yaml"), "--root", str(ROOT)]
+    assert cli.main([*args, "--readme", str(ROOT / "README.md"), "--check"]) == 0
+
+
+def test_the_measured_claims_say_what_the_h200_showed():
+    rows = {
+        r.claim.profile: r
+        for r in (claims.evaluate(c, ROOT) for c in claims.load(ROOT / "bench/results/claims.yaml"))
+    }
+    chunked = {v.metric: v for v in rows["half-gpu-chunked"].verdicts}
+    assert rows["half-gpu-chunked"].outcome == "trades"
+    assert chunked["chat.itl_max_ms"].verdict is Verdict.IMPROVED
+    assert chunked["chat.itl_p99_ms"].verdict is Verdict.REGRESSED
+    assert rows["half-gpu-api-2"].outcome == "holds"
+    assert rows[None].outcome == "not measured"
+
+
+def _v(metric: str, verdict: Verdict) -> MetricVerdict:
+    nan = math.nan
+    return MetricVerdict(metric, nan, nan, nan, nan, nan, 0.1, verdict)
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "outcome"),
+    [
+        ({"a": Verdict.IMPROVED, "w": Verdict.UNCHANGED}, "holds"),
+        ({"a": Verdict.IMPROVED, "w": Verdict.REGRESSED}, "trades"),
+        ({"a": Verdict.REGRESSED, "w": Verdict.UNCHANGED}, "fails"),
+        ({"a": Verdict.UNCHANGED, "w": Verdict.UNCHANGED}, "no change"),
+        ({"a": Verdict.INCONCLUSIVE, "w": Verdict.UNCHANGED}, "inconclusive"),
+        # only a watched metric got better: the advice's own claim is not shown
+        ({"a": Verdict.UNCHANGED, "w": Verdict.IMPROVED}, "inconclusive"),
+    ],
+)
+def test_outcome_words(verdicts, outcome):
+    claim = claims.Claim("advice", "r.json", claimed=("a",), watched=("w",))
+    found = [_v(k, v) for k, v in verdicts.items()]
+    assert claims._outcome(claim, found) == outcome
+
+
+def test_a_bad_claims_file_names_the_file_and_the_entry(tmp_path):
+    path = tmp_path / "claims.yaml"
+    path.write_text("claims:\n  - advice: x\n    reslt: r.json\n")
+    with pytest.raises(BaselineError, match=r"claims.yaml: claims\[0\]: unknown key \['reslt'\]"):
+        claims.load(path)
+    path.write_text("claims:\n  - advice: x\n")
+    with pytest.raises(BaselineError, match=r"claims\[0\]: a claim with no result needs a 'why'"):
+        claims.load(path)
