@@ -108,10 +108,10 @@ def test_ab_between_two_real_servers(perf_project):
     """Two real servers up, passes alternated, nothing stored, all stopped at the end.
 
     What is asserted is what a 2-core VM cannot flip: the A/A side raises no
-    regression, and one sequence at a time is never called unchanged or better, with a
-    throughput estimate far below default's (x0.26-x0.64 in three runs here; whether
-    the interval excludes the 50% tolerance depends on how much the shared cores
-    stall, as in the first and second of those runs but not the third).
+    regression, and one sequence at a time is never called unchanged or better, its
+    fastest pass far below default's fastest (pooled estimates x0.26-x0.64 in three runs
+    here, x0.93 in a fourth whose base passes half stalled; whether the interval
+    excludes the 50% tolerance depends on how much the shared cores stall).
     """
     require_engine()
     perf_project.makepyfile(AB_TEST)
@@ -144,7 +144,16 @@ def test_ab_between_two_real_servers(perf_project):
     assert "profile engine.max_num_seqs (unset) -> 1" in worse["changes"]
     assert not any(v["verdict"] == "regressed" and v["gated"] for v in same["verdicts"])
     [throughput] = [v for v in worse["verdicts"] if v["metric"] == "output_throughput"]
-    assert throughput["ratio"] < 0.8, throughput
+    # The pooled estimate is not what a 2-core VM keeps: in one run the base side's
+    # passes were ~1100-1600 tok/s when healthy and ~360 when the cores stalled, half of
+    # them stalled, and the estimate came out x0.93. Stalls only slow a pass, so each
+    # side's fastest pass is what it can do: one-seq's stayed at or below 384, default's
+    # reached 1277 (x0.30).
+    best = {
+        side: max(p["metrics"]["output_throughput"] for p in results["one-seq"][key])
+        for side, key in (("base", "base_passes"), ("one-seq", "passes"))
+    }
+    assert best["one-seq"] < 0.8 * best["base"], (best, throughput)
     assert throughput["verdict"] in ("regressed", "inconclusive"), throughput
     if throughput["verdict"] == "regressed":
         result.stdout.fnmatch_lines(
