@@ -325,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     if args.command == "tokenization":
-        data, lines = tokenization(args), []
+        data = tokenization(args)
         lines = tokenization_markdown(data)
     else:
         data = kv(args)

@@ -28,8 +28,8 @@ import yaml
 
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import MetricVerdict, Verdict
-from pytest_vllm_perf.core.registry import default_tolerances, from_bench_serve_key
-from pytest_vllm_perf.verdict import compare
+from pytest_vllm_perf.core.registry import default_tolerances
+from pytest_vllm_perf.verdict import baseline, compare
 
 __all__ = ["Claim", "ClaimRow", "evaluate", "load", "markdown", "render"]
 
@@ -114,18 +114,6 @@ def _report_entry(claim: Claim, root: Path) -> Mapping[str, Any]:
     return found[0]
 
 
-def _passes(entries: Sequence[Mapping[str, Any]]) -> compare.Passes:
-    return compare.Passes(
-        metrics=tuple(
-            {from_bench_serve_key(k): float("nan") if v is None else float(v)
-             for k, v in p["metrics"].items()}
-            for p in entries
-        ),
-        indices=tuple(int(p["index"]) for p in entries),
-        durations=tuple(float(p["duration_s"]) for p in entries),
-    )  # fmt: skip
-
-
 def evaluate(claim: Claim, root: Path) -> ClaimRow:
     """Judge one claim from its committed report (``root``: where its path starts)."""
     if claim.result is None:
@@ -136,7 +124,11 @@ def evaluate(claim: Claim, root: Path) -> ClaimRow:
     keys = tuple(dict.fromkeys((*claim.claimed, *claim.watched)))
     verdicts = tuple(
         compare.compare(
-            [_passes(entry["base_passes"])], _passes(entry["passes"]), keys, tolerances, pair=True
+            [baseline.report_passes(entry["base_passes"])],
+            baseline.report_passes(entry["passes"]),
+            keys,
+            tolerances,
+            pair=True,
         )
     )
     base = str(entry["baseline"]["path"]).removeprefix("the A/B base side ")

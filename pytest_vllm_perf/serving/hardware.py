@@ -49,7 +49,8 @@ def gpu_names() -> tuple[str, ...]:
 
 
 def visible(gpus: Sequence[tuple[str, str]], mask: str | None) -> tuple[str, ...]:
-    """The names of ``gpus`` (index, name) that a ``CUDA_VISIBLE_DEVICES`` value keeps."""
+    """The values of ``gpus`` (index, value: a name, memory in use) that a
+    ``CUDA_VISIBLE_DEVICES`` value keeps, in its order."""
     if mask is None or not mask.strip():
         return tuple(name for _, name in gpus) if mask is None else ()
     wanted = [part.strip() for part in mask.split(",")]

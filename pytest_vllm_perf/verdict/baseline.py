@@ -49,6 +49,7 @@ __all__ = [
     "load",
     "merge_boots",
     "path_for",
+    "report_passes",
     "save",
     "slug",
 ]
@@ -261,6 +262,11 @@ def add_boot(
     An upgraded schema-2 file still has its raw records: they are not written back.
     """
     return merge_boots(stored.data, document(test_id, result, provenance), stored.path)
+
+
+def report_passes(passes: Sequence[Mapping[str, Any]]) -> Passes:
+    """The ``passes`` (or ``base_passes``) of a ``--vllm-json`` result, as a verdict reads them."""
+    return _boot({"passes": [{**p, "metrics": _internal_keys(p["metrics"])} for p in passes]})
 
 
 def _internal_keys(metrics: Mapping[str, Any]) -> dict[str, float | str]:

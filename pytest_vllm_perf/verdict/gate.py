@@ -101,25 +101,11 @@ def evaluate(
         pair=True,
     )
     note = compare.passes_note(stored.boots, current, len(gated))
-    model, stored_model = provenance.environment.model, stored.environment.get("model")
-    if stored_model and stored_model != model:
-        # another model (an embedded preset's shape or tokenizer changed): its figures
-        # are another model's, so a difference says nothing about the change under test
+    found = _reported_only(stored, provenance, gate_other_release)
+    if found is not None:
+        status, note = found
         verdicts = [dataclasses.replace(v, gated=False) for v in verdicts]
-        note = (
-            f"the baseline was measured on model {stored_model}, this run serves {model}: "
-            "compared, not gated (re-save the baseline)"
-        )
-        return GateResult(GateStatus.OTHER_MODEL, path, tuple(verdicts), changes, note)
-    ours = provenance.environment.vllm_version
-    theirs = stored.environment.get("vllm_version")
-    if theirs and ours and theirs != ours and not gate_other_release:
-        verdicts = [dataclasses.replace(v, gated=False) for v in verdicts]
-        note = (
-            f"the baseline was measured with vLLM {theirs}, this run has {ours}: compared, "
-            "not gated (re-save the baseline, or --vllm-gate-other-release)"
-        )
-        return GateResult(GateStatus.OTHER_RELEASE, path, tuple(verdicts), changes, note)
+        return GateResult(status, path, tuple(verdicts), changes, note)
     return GateResult(GateStatus.COMPARED, path, tuple(verdicts), changes, note)
 
 
@@ -154,6 +140,31 @@ def ab(
         note += "; " + more
     label = f"the A/B base side {sides[1]}"
     return GateResult(GateStatus.AB, Path(label), tuple(verdicts), tuple(changes), note)
+
+
+def _reported_only(
+    stored: baseline.Baseline, provenance: Provenance, gate_other_release: bool
+) -> tuple[GateStatus, str] | None:
+    """Why a baseline is compared and shown but not gated, or None when it gates.
+
+    Another model (an embedded preset's shape or tokenizer changed) measured other
+    figures; another vLLM release's own regression must not be blamed on the change
+    under test, unless ``gate_other_release`` (upgrading is a change of its own).
+    """
+    model, stored_model = provenance.environment.model, stored.environment.get("model")
+    if stored_model and stored_model != model:
+        return GateStatus.OTHER_MODEL, (
+            f"the baseline was measured on model {stored_model}, this run serves {model}: "
+            "compared, not gated (re-save the baseline)"
+        )
+    ours = provenance.environment.vllm_version
+    theirs = stored.environment.get("vllm_version")
+    if theirs and ours and theirs != ours and not gate_other_release:
+        return GateStatus.OTHER_RELEASE, (
+            f"the baseline was measured with vLLM {theirs}, this run has {ours}: compared, "
+            "not gated (re-save the baseline, or --vllm-gate-other-release)"
+        )
+    return None
 
 
 def _changes(stored: baseline.Baseline, provenance: Provenance) -> list[str]:

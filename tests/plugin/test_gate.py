@@ -136,14 +136,22 @@ def test_other_hardware_is_not_compared(project, fake_vllm):
     result.stdout.fnmatch_lines(["*baselines exist only for other hardware (1x-nvidia-h200)*"])
 
 
-def test_baseline_of_another_release_is_reported_not_gated(project, fake_vllm):
+def saved_with_environment(project, fake_vllm, key: str, value: str) -> str:
+    """Save a baseline, set one key of its boot's environment, slow the server x4.
+
+    Returns the key's value as saved (this run's own)."""
     run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
     [path] = stored(project)
     data = json.loads(path.read_text())
-    ours = data["boots"][0]["environment"]["vllm_version"]
-    data["boots"][0]["environment"]["vllm_version"] = "0.0.1"
+    ours = data["boots"][0]["environment"][key]
+    data["boots"][0]["environment"][key] = value
     path.write_text(json.dumps(data))
-    fake_vllm.delay_s *= 4  # a regression, which another release's figures cannot blame
+    fake_vllm.delay_s *= 4  # a regression, which the baseline's figures cannot blame
+    return ours
+
+
+def test_baseline_of_another_release_is_reported_not_gated(project, fake_vllm):
+    ours = saved_with_environment(project, fake_vllm, "vllm_version", "0.0.1")
     result = run(project, fake_vllm)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
@@ -161,12 +169,7 @@ def test_baseline_of_another_release_is_reported_not_gated(project, fake_vllm):
 def test_baseline_of_another_model_is_reported_not_gated(project, fake_vllm):
     # a preset's shape or tokenizer changed (llama-8b got its 128256-token BPE):
     # its old figures are another model's
-    run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
-    [path] = stored(project)
-    data = json.loads(path.read_text())
-    data["boots"][0]["environment"]["model"] = "llama-3.1-8b-shaped-3181329526"
-    path.write_text(json.dumps(data))
-    fake_vllm.delay_s *= 4
+    saved_with_environment(project, fake_vllm, "model", "llama-3.1-8b-shaped-3181329526")
     result = run(project, fake_vllm)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
