@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +162,9 @@ def _pool(args: argparse.Namespace) -> ServerPool:
     return ServerPool(config, lambda m: print(f"[gpu-advice] {m}", flush=True))
 
 
+Emit = Callable[[dict[str, Any], list[str]], None]
+
+
 def tokenization(args: argparse.Namespace) -> dict[str, Any]:
     where = profiles.search_path(ROOT / "profiles")
     base_profile = profiles.load(args.profile, where)
@@ -227,7 +230,9 @@ def tokenization_markdown(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def kv(args: argparse.Namespace) -> dict[str, Any]:
+def kv(args: argparse.Namespace, emit: Emit) -> dict[str, Any]:
+    """Each profile in turn; ``emit`` writes the results so far after each one, so that
+    a run stopped at the session's GPU limit keeps the profiles it finished."""
     where = profiles.search_path(ROOT / "profiles")
     pool = _pool(args)
     rows: list[dict[str, Any]] = []
@@ -249,6 +254,9 @@ def kv(args: argparse.Namespace) -> dict[str, Any]:
                     {
                         "duration_s": args.duration,
                         "ramp_s": args.ramp,
+                        # one request of the shape is enough warmup in eager mode, and a
+                        # 70B-shaped request of 1000 output tokens takes ~20 s alone
+                        "warmup_requests": 1,
                         "seq": {
                             "users": users,
                             "prompt_tokens": args.prompt_tokens,
@@ -267,6 +275,8 @@ def kv(args: argparse.Namespace) -> dict[str, Any]:
             row.update(boot_s=round(boot_s, 1), kv_capacity_tokens=capacity)
             rows.append(row)
             print(f"[gpu-advice] {name}: {json.dumps(_brief(row))}", flush=True)
+            partial = {"rows": rows, "report": text.to_json(outcomes), "partial": True}
+            emit(partial, kv_markdown(partial))
     finally:
         pool.stop()
     return {"rows": rows, "report": text.to_json(outcomes)}
@@ -324,17 +334,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    argv_shown = sys.argv[1:] if argv is None else list(argv)
+
+    def emit(data: dict[str, Any], lines: list[str]) -> None:
+        data["seconds"] = round(time.monotonic() - started, 1)
+        data["argv"] = argv_shown
+        atomic.write_text(args.out / f"{args.name}.json", json.dumps(data, indent=1) + "\n")
+        header = [f"`python3 bench/gpu_advice.py {' '.join(argv_shown)}` ({data['seconds']} s)"]
+        if data.get("partial"):
+            header.append("(partial: the run was still going when this was written)")
+        atomic.write_text(args.out / f"{args.name}.md", "\n".join([*header, "", *lines]) + "\n")
+
     if args.command == "tokenization":
         data = tokenization(args)
         lines = tokenization_markdown(data)
     else:
-        data = kv(args)
+        data = kv(args, emit)
         lines = kv_markdown(data)
-    data["seconds"] = round(time.monotonic() - started, 1)
-    data["argv"] = sys.argv[1:] if argv is None else list(argv)
-    atomic.write_text(args.out / f"{args.name}.json", json.dumps(data, indent=1) + "\n")
-    header = [f"`python3 bench/gpu_advice.py {' '.join(data['argv'])}` ({data['seconds']} s)", ""]
-    atomic.write_text(args.out / f"{args.name}.md", "\n".join(header + lines) + "\n")
+    emit(data, lines)
     print("\n".join(lines), flush=True)
     return 0
 
