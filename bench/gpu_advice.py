@@ -249,7 +249,7 @@ def kv(args: argparse.Namespace, emit: Emit) -> dict[str, Any]:
                 if capacity is None:
                     raise SystemExit(f"{name}: cannot read the KV cache size to size the load")
                 per_seq = args.prompt_tokens + args.output_tokens / 2
-                users = math.ceil(args.fill * capacity / per_seq)
+                users = args.users or math.ceil(args.fill * capacity / per_seq)
                 workload = workloads.named("kv_pressure").override(
                     {
                         "duration_s": args.duration,
@@ -326,6 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     k.add_argument("--preset", default="llama-70b")
     k.add_argument("--profiles", type=lambda s: s.split(","), required=True)
     k.add_argument("--fill", type=float, default=1.15, help="load / KV capacity of the first")
+    k.add_argument("--users", type=int, help="this many users instead of --fill's sizing")
     k.add_argument("--prompt-tokens", type=int, default=3000)
     k.add_argument("--output-tokens", type=int, default=1000)
     k.add_argument("--ramp", type=float, default=5.0)
