@@ -16,8 +16,9 @@ command on a GPU machine (README "Tuning claims"):
 ``kv``
     The gpu_memory_utilization advice with vLLM's own allocator: each profile
     is booted in turn on the same load, which is sized from the first profile's
-    KV cache (``--fill`` times its token capacity, spread over closed-loop users),
-    and preemptions, TTFT p99 and throughput are recorded. With ``--save`` each
+    KV cache (``--fill`` times its token capacity, spread over closed-loop users;
+    ``--users`` fixes it instead, to repeat an earlier run's load), and
+    preemptions, TTFT p99 and throughput are recorded. With ``--save`` each
     result is also saved as that profile's baseline.
 
 Both write ``NAME.json`` (every figure, the load, the versions) and ``NAME.md``
@@ -264,7 +265,8 @@ def kv(args: argparse.Namespace, emit: Emit) -> dict[str, Any]:
                         },
                     }
                 )
-                print(f"[gpu-advice] load: {users} users, sized on {name}", flush=True)
+                how = "fixed by --users" if args.users else f"sized on {name}"
+                print(f"[gpu-advice] load: {users} users, {how}", flush=True)
             plan = measure.Plan.resolve(
                 "bench/gpu_advice.py::kv_pressure", workload, args.repeat, "cuda"
             )

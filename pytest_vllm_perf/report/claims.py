@@ -13,6 +13,13 @@ row), so the table cannot drift from the files it cites. The outcome word:
 - ``fails``: a claimed metric ``regressed`` and none ``improved``;
 - ``no change``: every metric ``unchanged``; ``inconclusive``: the rest;
 - ``not measured``: no result yet (``result: null`` and a ``why``).
+
+A claim can instead cite a ``sweep``: ``bench/gpu_advice.py kv`` results (files
+with ``rows``, one pass per profile), and the ``profiles`` to show in order. The
+rows must share one load (the check raises otherwise), and the cell lists each
+metric across the profiles. One pass per profile gives no interval, so such a
+row's outcome is ``one pass each``, never a verdict; its ``why`` says what the
+figures show and what they do not.
 """
 
 from __future__ import annotations
@@ -34,7 +41,19 @@ from pytest_vllm_perf.verdict import baseline, compare
 __all__ = ["Claim", "ClaimRow", "evaluate", "load", "markdown", "render"]
 
 KEYS: Final = frozenset(
-    {"advice", "result", "test", "profile", "command", "claimed", "watched", "tolerances", "why"}
+    {
+        "advice",
+        "result",
+        "test",
+        "profile",
+        "command",
+        "claimed",
+        "watched",
+        "tolerances",
+        "why",
+        "sweep",
+        "profiles",
+    }
 )
 BLOCK: Final = re.compile(r"(<!-- claims -->\n)(?:.*?\n)?(<!-- /claims -->)", re.DOTALL)
 
@@ -52,6 +71,8 @@ class Claim:
     watched: tuple[str, ...] = ()
     tolerances: Mapping[str, float] | None = None
     why: str = ""
+    sweep: tuple[str, ...] = ()  # bench/gpu_advice.py kv results, instead of ``result``
+    profiles: tuple[str, ...] = ()  # the sweep's profiles to show, in this order
 
 
 @dataclass(frozen=True)
@@ -61,6 +82,7 @@ class ClaimRow:
     verdicts: tuple[MetricVerdict, ...] = ()
     base: str = ""
     candidate: str = ""
+    figures: str = ""  # a sweep's cell: each metric across its profiles
 
 
 def load(path: Path) -> list[Claim]:
@@ -77,7 +99,9 @@ def load(path: Path) -> list[Claim]:
         unknown = sorted(set(entry) - KEYS) if isinstance(entry, dict) else ["(not a mapping)"]
         if unknown or "advice" not in entry:
             raise BaselineError(f"{path}: claims[{i}]: unknown key {unknown[:1]} or no 'advice'")
-        if entry.get("result") is None and not entry.get("why"):
+        if entry.get("sweep") and not entry.get("profiles"):
+            raise BaselineError(f"{path}: claims[{i}]: a sweep needs its 'profiles'")
+        if entry.get("result") is None and not entry.get("sweep") and not entry.get("why"):
             raise BaselineError(f"{path}: claims[{i}]: a claim with no result needs a 'why'")
         claims.append(
             Claim(
@@ -85,6 +109,8 @@ def load(path: Path) -> list[Claim]:
                     **entry,
                     "claimed": tuple(entry.get("claimed", ())),
                     "watched": tuple(entry.get("watched", ())),
+                    "sweep": tuple(entry.get("sweep", ())),
+                    "profiles": tuple(entry.get("profiles", ())),
                 }
             )
         )
@@ -94,10 +120,7 @@ def load(path: Path) -> list[Claim]:
 def _report_entry(claim: Claim, root: Path) -> Mapping[str, Any]:
     assert claim.result is not None
     path = root / claim.result
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BaselineError(f"{path}: cannot read the report: {exc}") from None
+    data = _read(path)
     results = data.get("report", data).get("results", [])  # bench/gpu_advice.py nests it
     found: list[Mapping[str, Any]] = [
         r
@@ -114,8 +137,43 @@ def _report_entry(claim: Claim, root: Path) -> Mapping[str, Any]:
     return found[0]
 
 
+def _read(path: Path) -> Mapping[str, Any]:
+    try:
+        data: Mapping[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BaselineError(f"{path}: cannot read the report: {exc}") from None
+    return data
+
+
+def _sweep(claim: Claim, root: Path) -> ClaimRow:
+    """A sweep claim's cell: each claimed and watched metric across its profiles."""
+    rows: dict[str, Mapping[str, Any]] = {}
+    for name in claim.sweep:
+        for row in _read(root / name).get("rows", []):
+            rows[row["profile"]] = row
+    missing = [p for p in claim.profiles if p not in rows]
+    if missing:
+        raise BaselineError(f"{claim.sweep}: no row for profile {missing[0]!r}")
+    chosen = [rows[p] for p in claim.profiles]
+    if any(r["workload"] != chosen[0]["workload"] for r in chosen):
+        raise BaselineError(f"{claim.sweep}: the rows of {claim.profiles} ran different loads")
+    keys = dict.fromkeys((*claim.claimed, *claim.watched))
+
+    def fmt(value: Any) -> str:
+        if not isinstance(value, float):
+            return "-" if value is None else str(value)
+        return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+    figures = "; ".join(f"{k} " + " / ".join(fmt(r.get(k)) for r in chosen) for k in keys)
+    head = " / ".join(claim.profiles) + " (one load, one pass each): "
+    note = f". {claim.why}" if claim.why else ""
+    return ClaimRow(claim, "one pass each", figures=head + figures + note)
+
+
 def evaluate(claim: Claim, root: Path) -> ClaimRow:
     """Judge one claim from its committed report (``root``: where its path starts)."""
+    if claim.sweep:
+        return _sweep(claim, root)
     if claim.result is None:
         return ClaimRow(claim, "not measured")
     entry = _report_entry(claim, root)
@@ -158,14 +216,18 @@ def markdown(rows: Sequence[ClaimRow]) -> str:
     ]
     for row in rows:
         c = row.claim
-        if not row.verdicts:
+        if row.figures:
+            measured = row.figures
+        elif not row.verdicts:
             measured = c.why
         else:
             measured = f"{row.candidate} against {row.base}: " + "; ".join(
                 f"{v.metric} x{v.ratio:.3f} (95% CI x{v.low:.3f}..x{v.high:.3f}) {v.verdict}"
                 for v in row.verdicts
             )
-        where = f"`{c.result}`" + (f", `{c.command}`" if c.command else "") if c.result else "-"
+        cited = [c.result] if c.result else list(c.sweep)
+        where = ", ".join(f"`{r}`" for r in cited) + (f", `{c.command}`" if c.command else "")
+        where = where if cited else "-"
         lines.append(f"| {c.advice} | **{row.outcome}** | {measured} | {where} |")
     return "\n".join(lines)
 

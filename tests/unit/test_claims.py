@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -21,16 +22,53 @@ def test_readme_claims_table_matches_the_committed_results():
 
 
 def test_the_measured_claims_say_what_the_h200_showed():
-    rows = {
-        r.claim.profile: r
-        for r in (claims.evaluate(c, ROOT) for c in claims.load(ROOT / "bench/results/claims.yaml"))
-    }
+    evaluated = [claims.evaluate(c, ROOT) for c in claims.load(ROOT / "bench/results/claims.yaml")]
+    rows = {r.claim.profile: r for r in evaluated if not r.claim.sweep}
     chunked = {v.metric: v for v in rows["half-gpu-chunked"].verdicts}
     assert rows["half-gpu-chunked"].outcome == "trades"
     assert chunked["chat.itl_max_ms"].verdict is Verdict.IMPROVED
     assert chunked["chat.itl_p99_ms"].verdict is Verdict.REGRESSED
     assert rows["half-gpu-api-2"].outcome == "holds"
     assert rows[None].outcome == "not measured"
+    [kv] = [r for r in evaluated if r.claim.sweep]
+    assert kv.outcome == "one pass each"
+    assert "kv_capacity_tokens 340528 / 386352 / 422992; preemptions 18 / 20 / 18" in kv.figures
+
+
+def _sweep_file(path: Path, rows: list[tuple[str, int]]) -> str:
+    path.write_text(
+        json.dumps(
+            {
+                "rows": [
+                    {"profile": p, "preemptions": 3.0, "workload": {"users": users}}
+                    for p, users in rows
+                ]
+            }
+        )
+    )
+    return path.name
+
+
+def test_a_sweep_claim_lists_each_metric_across_its_profiles(tmp_path):
+    name = _sweep_file(tmp_path / "kv.json", [("a", 9), ("b", 9), ("c", 9)])
+    claim = claims.Claim("advice", sweep=(name,), profiles=("c", "a"), claimed=("preemptions",))
+    row = claims.evaluate(claim, tmp_path)
+    assert row.outcome == "one pass each"  # one pass has no interval: never a verdict
+    assert row.figures == "c / a (one load, one pass each): preemptions 3 / 3"
+    assert f"`{name}`" in claims.markdown([row])
+
+
+def test_a_sweep_of_two_loads_or_a_missing_profile_is_an_error(tmp_path):
+    name = _sweep_file(tmp_path / "kv.json", [("a", 9), ("b", 10)])
+    claim = claims.Claim("advice", sweep=(name,), profiles=("a", "b"), claimed=("preemptions",))
+    with pytest.raises(BaselineError, match="ran different loads"):
+        claims.evaluate(claim, tmp_path)
+    with pytest.raises(BaselineError, match="no row for profile 'z'"):
+        claims.evaluate(claims.Claim("advice", sweep=(name,), profiles=("z",)), tmp_path)
+    path = tmp_path / "claims.yaml"
+    path.write_text(f"claims:\n  - advice: x\n    sweep: [{name}]\n")
+    with pytest.raises(BaselineError, match=r"claims\[0\]: a sweep needs its 'profiles'"):
+        claims.load(path)
 
 
 def _v(metric: str, verdict: Verdict) -> MetricVerdict:
