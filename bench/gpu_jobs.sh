@@ -2,8 +2,12 @@
 # Background GPU jobs that outlive one device command (a command may run 10 minutes,
 # the jobs run longer), polled by later commands. From the repository root:
 #   bench/gpu_jobs.sh start NAME GPUS -- CMD...   run CMD in the background on GPUS
-#   bench/gpu_jobs.sh wait SECONDS                  until every job ends, or SECONDS pass
+#   bench/gpu_jobs.sh wait SECONDS                  until every job ends, or SECONDS pass,
+#                                                   then collect (below)
 #   bench/gpu_jobs.sh collect                       tar every job's folder into $OUT
+# Every wait brings back what the jobs have written so far: in session 6 the machine
+# was given back between two polls and a 70B run's files, written but not yet
+# collected, were lost.
 # Each job gets its own folder under ~/gpu-jobs/NAME (its log and $OUT) and its own
 # vLLM compile cache (VLLM_CACHE_ROOT), so that two jobs never write one cache at once.
 set -uo pipefail
@@ -34,6 +38,7 @@ wait)
     tail -n $n "$dir/log" | cut -c1-300
   done
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
+  [ -n "${OUT:-}" ] && tar czf "$OUT/gpu-jobs.tgz" -C "$jobs_dir" .
   ;;
 collect)
   tar czf "$OUT/gpu-jobs.tgz" -C "$jobs_dir" . && ls -la "$OUT"
