@@ -255,8 +255,9 @@ def kv(args: argparse.Namespace, emit: Emit) -> dict[str, Any]:
                     {
                         "duration_s": args.duration,
                         "ramp_s": args.ramp,
-                        # one request of the shape is enough warmup in eager mode, and a
-                        # 70B-shaped request of 1000 output tokens takes ~20 s alone
+                        # one request of the shape is enough warmup in eager mode, and one
+                        # 70B-shaped request decodes alone at ~27 tok/s on two H200s
+                        # (session6/server-tp2-mem-0.94.log): 600 tokens take ~22 s
                         "warmup_requests": 1,
                         "seq": {
                             "users": users,

@@ -13,6 +13,7 @@
 set -uo pipefail
 jobs_dir=~/gpu-jobs
 mkdir -p "$jobs_dir"
+collect() { tar czf "$OUT/gpu-jobs.tgz" -C "$jobs_dir" .; }
 case "$1" in
 start)
   name=$2 gpus=$3
@@ -38,9 +39,9 @@ wait)
     tail -n $n "$dir/log" | cut -c1-300
   done
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
-  [ -n "${OUT:-}" ] && tar czf "$OUT/gpu-jobs.tgz" -C "$jobs_dir" .
+  if [ -n "${OUT:-}" ]; then collect; fi
   ;;
 collect)
-  tar czf "$OUT/gpu-jobs.tgz" -C "$jobs_dir" . && ls -la "$OUT"
+  collect && ls -la "$OUT"
   ;;
 esac

@@ -101,6 +101,8 @@ def load(path: Path) -> list[Claim]:
             raise BaselineError(f"{path}: claims[{i}]: unknown key {unknown[:1]} or no 'advice'")
         if entry.get("sweep") and not entry.get("profiles"):
             raise BaselineError(f"{path}: claims[{i}]: a sweep needs its 'profiles'")
+        if entry.get("sweep") and entry.get("result"):
+            raise BaselineError(f"{path}: claims[{i}]: a 'result' or a 'sweep', not both")
         if entry.get("result") is None and not entry.get("sweep") and not entry.get("why"):
             raise BaselineError(f"{path}: claims[{i}]: a claim with no result needs a 'why'")
         claims.append(
@@ -225,9 +227,10 @@ def markdown(rows: Sequence[ClaimRow]) -> str:
                 f"{v.metric} x{v.ratio:.3f} (95% CI x{v.low:.3f}..x{v.high:.3f}) {v.verdict}"
                 for v in row.verdicts
             )
-        cited = [c.result] if c.result else list(c.sweep)
-        where = ", ".join(f"`{r}`" for r in cited) + (f", `{c.command}`" if c.command else "")
-        where = where if cited else "-"
+        cited = [f"`{r}`" for r in ([c.result] if c.result else c.sweep)]
+        if cited and c.command:
+            cited.append(f"`{c.command}`")
+        where = ", ".join(cited) or "-"
         lines.append(f"| {c.advice} | **{row.outcome}** | {measured} | {where} |")
     return "\n".join(lines)
 

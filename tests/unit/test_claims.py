@@ -69,6 +69,10 @@ def test_a_sweep_of_two_loads_or_a_missing_profile_is_an_error(tmp_path):
     path.write_text(f"claims:\n  - advice: x\n    sweep: [{name}]\n")
     with pytest.raises(BaselineError, match=r"claims\[0\]: a sweep needs its 'profiles'"):
         claims.load(path)
+    both = f"result: r.json\n    sweep: [{name}]\n    profiles: [a]"
+    path.write_text(f"claims:\n  - advice: x\n    {both}\n")
+    with pytest.raises(BaselineError, match=r"claims\[0\]: a 'result' or a 'sweep', not both"):
+        claims.load(path)
 
 
 def _v(metric: str, verdict: Verdict) -> MetricVerdict:
