@@ -231,43 +231,81 @@ def tokenization_markdown(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _kv_workload(args: argparse.Namespace, name: str, capacity: int | None) -> Workload:
+    """The kv_pressure load, sized on ``name``'s KV capacity unless ``--users`` fixes it."""
+    if capacity is None and not args.users:
+        raise SystemExit(f"{name}: cannot read the KV cache size to size the load")
+    per_seq = args.prompt_tokens + args.output_tokens / 2
+    users = args.users or math.ceil(args.fill * (capacity or 0) / per_seq)
+    how = "fixed by --users" if args.users else f"sized on {name}"
+    print(f"[gpu-advice] load: {users} users, {how}", flush=True)
+    return workloads.named("kv_pressure").override(
+        {
+            "duration_s": args.duration,
+            "ramp_s": args.ramp,
+            # one request of the shape is enough warmup in eager mode, and one
+            # 70B-shaped request decodes alone at ~27 tok/s on two H200s
+            # (session6/server-tp2-mem-0.94.log): 600 tokens take ~22 s
+            "warmup_requests": 1,
+            "seq": {
+                "users": users,
+                "prompt_tokens": args.prompt_tokens,
+                "output_tokens": args.output_tokens,
+            },
+        }
+    )
+
+
+def _booted(pool: ServerPool, name: str, slot: str) -> tuple[ServerHandle, float, int | None]:
+    where = profiles.search_path(ROOT / "profiles")
+    started = time.monotonic()
+    handle = pool.get(profiles.load(name, where), slot=slot)
+    boot_s = time.monotonic() - started
+    return handle, boot_s, kv_capacity_tokens(handle, getattr(handle.server, "log_path", None))
+
+
+def kv_ab(args: argparse.Namespace) -> dict[str, Any]:
+    """Two profiles resident at once (each on its own share of the GPUs), passes
+    alternated ABBA on one load, and the tool's paired verdict with 95% intervals:
+    the form a claim needs when the question is "does this setting change anything"."""
+    if len(args.profiles) != 2:
+        raise SystemExit("kv --ab: --profiles names the base, then the candidate")
+    pool = _pool(args)
+    try:
+        base, base_boot, base_cap = _booted(pool, args.profiles[0], "base")
+        cand, cand_boot, cand_cap = _booted(pool, args.profiles[1], "main")
+        workload = _kv_workload(args, args.profiles[0], base_cap)
+        plan = measure.Plan.resolve(
+            "bench/gpu_advice.py::kv_pressure", workload, args.repeat, "cuda"
+        )
+        outcome = measure.run_ab(plan, base, cand, print)
+    finally:
+        pool.stop()
+    assert outcome.base is not None
+    rows = [
+        _row(workload, dict(m.metrics), profile=n, boot_s=round(b, 1), kv_capacity_tokens=c)
+        for n, m, b, c in (
+            (args.profiles[0], outcome.base, base_boot, base_cap),
+            (args.profiles[1], outcome.result, cand_boot, cand_cap),
+        )
+    ]
+    lines = _verdict_lines(outcome)
+    print("\n".join(f"[gpu-advice] {line}" for line in lines), flush=True)
+    return {"rows": rows, "ab": lines, "report": text.to_json([outcome])}
+
+
 def kv(args: argparse.Namespace, emit: Emit) -> dict[str, Any]:
     """Each profile in turn; ``emit`` writes the results so far after each one, so that
     a run stopped at the session's GPU limit keeps the profiles it finished."""
-    where = profiles.search_path(ROOT / "profiles")
     pool = _pool(args)
     rows: list[dict[str, Any]] = []
     outcomes: list[Outcome] = []
     workload: Workload | None = None
     try:
         for name in args.profiles:
-            started = time.monotonic()
-            handle = pool.get(profiles.load(name, where), slot="main")
-            boot_s = time.monotonic() - started
-            log = getattr(handle.server, "log_path", None)
-            capacity = kv_capacity_tokens(handle, log)
+            handle, boot_s, capacity = _booted(pool, name, "main")
             if workload is None:
-                if capacity is None:
-                    raise SystemExit(f"{name}: cannot read the KV cache size to size the load")
-                per_seq = args.prompt_tokens + args.output_tokens / 2
-                users = args.users or math.ceil(args.fill * capacity / per_seq)
-                workload = workloads.named("kv_pressure").override(
-                    {
-                        "duration_s": args.duration,
-                        "ramp_s": args.ramp,
-                        # one request of the shape is enough warmup in eager mode, and one
-                        # 70B-shaped request decodes alone at ~27 tok/s on two H200s
-                        # (session6/server-tp2-mem-0.94.log): 600 tokens take ~22 s
-                        "warmup_requests": 1,
-                        "seq": {
-                            "users": users,
-                            "prompt_tokens": args.prompt_tokens,
-                            "output_tokens": args.output_tokens,
-                        },
-                    }
-                )
-                how = "fixed by --users" if args.users else f"sized on {name}"
-                print(f"[gpu-advice] load: {users} users, {how}", flush=True)
+                workload = _kv_workload(args, name, capacity)
             plan = measure.Plan.resolve(
                 "bench/gpu_advice.py::kv_pressure", workload, args.repeat, "cuda"
             )
@@ -304,7 +342,10 @@ def _brief(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def kv_markdown(data: dict[str, Any]) -> list[str]:
-    return ["## KV pressure at each profile, one load", "", *_table(data["rows"], KV_COLUMNS)]
+    lines = ["## KV pressure at each profile, one load", "", *_table(data["rows"], KV_COLUMNS)]
+    if data.get("ab"):
+        lines += ["", "## A/B verdict (passes alternated ABBA)", "", "```", *data["ab"], "```"]
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -334,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     k.add_argument("--output-tokens", type=int, default=1000)
     k.add_argument("--ramp", type=float, default=5.0)
     k.add_argument("--save", action="store_true", help="save each result as its baseline")
+    k.add_argument("--ab", action="store_true", help="both profiles up, run A/B, with intervals")
     k.add_argument("--baseline-dir", default=".vllm-perf")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -353,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = tokenization(args)
         lines = tokenization_markdown(data)
     else:
-        data = kv(args, emit)
+        data = kv_ab(args) if args.ab else kv(args, emit)
         lines = kv_markdown(data)
     emit(data, lines)
     print("\n".join(lines), flush=True)
