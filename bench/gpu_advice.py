@@ -19,7 +19,10 @@ command on a GPU machine (README "Tuning claims"):
     KV cache (``--fill`` times its token capacity, spread over closed-loop users;
     ``--users`` fixes it instead, to repeat an earlier run's load), and
     preemptions, TTFT p99 and throughput are recorded. With ``--save`` each
-    result is also saved as that profile's baseline.
+    result is also saved as that profile's baseline. With ``--ab`` the two
+    profiles named stay resident at once and run A/B (passes alternated), which
+    gives the tool's verdict with 95% intervals rather than one pass each: the
+    ``max_model_len`` test (session 7) ran so on one H200.
 
 Both write ``NAME.json`` (every figure, the load, the versions) and ``NAME.md``
 to ``--out``. Run from the repository root with vLLM importable::

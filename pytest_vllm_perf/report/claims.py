@@ -227,6 +227,8 @@ def markdown(rows: Sequence[ClaimRow]) -> str:
                 f"{v.metric} x{v.ratio:.3f} (95% CI x{v.low:.3f}..x{v.high:.3f}) {v.verdict}"
                 for v in row.verdicts
             )
+            if c.why:  # what the ratios alone do not say: the load, the cause, caveats
+                measured += f". {c.why}"
         cited = [f"`{r}`" for r in ([c.result] if c.result else c.sweep)]
         if cited and c.command:
             cited.append(f"`{c.command}`")

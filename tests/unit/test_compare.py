@@ -160,6 +160,28 @@ def test_counter_rates_are_compared_per_pass():
         assert same.verdict is not Verdict.REGRESSED and same.ratio == pytest.approx(1)
 
 
+def test_no_counter_events_on_either_side_is_no_change_whatever_the_pass_lengths():
+    # session 7, H200: 0 preemptions against 0 was called x1.94 "regressed" when the
+    # candidate's passes drained in half the time, as each side added 1 event per its
+    # own pass length
+    def zeros(seconds):
+        metrics = tuple({"preemptions_per_s": 0.0} for _ in seconds)
+        return compare.Passes(metrics, tuple(range(len(seconds))), tuple(seconds))
+
+    keys = ("preemptions_per_s",)
+    for pair in (False, True):
+        found = compare.compare(
+            [zeros([14.0, 15.0, 13.5, 14.2, 14.8, 13.9])],
+            zeros([7.1, 7.3, 6.9, 7.0, 7.2, 7.4]),
+            keys,
+            {"preemptions_per_s": 0.5},
+            gated=keys,
+            pair=pair,
+        )[0]
+        assert found.ratio == pytest.approx(1)
+        assert found.verdict is Verdict.UNCHANGED
+
+
 def test_tolerance_of_a_class_metric_falls_back_to_its_metric():
     found = compare.compare(
         [side([1.0] * 4, 0)], side([1.0] * 4, 1), ("c.itl_p50_ms",), {"itl_p50_ms": 0.3}
