@@ -271,8 +271,6 @@ def kv_ab(args: argparse.Namespace) -> dict[str, Any]:
     """Two profiles resident at once (each on its own share of the GPUs), passes
     alternated ABBA on one load, and the tool's paired verdict with 95% intervals:
     the form a claim needs when the question is "does this setting change anything"."""
-    if len(args.profiles) != 2:
-        raise SystemExit("kv --ab: --profiles names the base, then the candidate")
     pool = _pool(args)
     try:
         base, base_boot, base_cap = _booted(pool, args.profiles[0], "base")
@@ -381,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     k.add_argument("--ab", action="store_true", help="both profiles up, run A/B, with intervals")
     k.add_argument("--baseline-dir", default=".vllm-perf")
     args = parser.parse_args(argv)
+    if args.command == "kv" and args.ab and (args.save or len(args.profiles) != 2):
+        parser.error("kv --ab: --profiles names a base and a candidate, and saves no baseline")
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     argv_shown = sys.argv[1:] if argv is None else list(argv)
