@@ -203,11 +203,16 @@ def _bootstrap(
 ) -> _Result:
     """A single pass on a side: time blocks of the raw passes, when both sides have them."""
     base_records = [r for b in base for r in b.records]
-    if not base_records or not cur.records:
-        basis = "a single pass without raw samples gives no interval"
-        ratio = c_med / b_med if b_med else math.nan
-        return _Result(b_med, c_med, ratio, math.nan, math.nan, math.nan, basis)
     cls, name = split_key(key)
+    # a server metric (preemptions, gauge peaks) is read at the pass's ends, not from
+    # its requests: time blocks of requests cannot resample it (it raised KeyError)
+    server = METRICS[name].source == "server"
+    if server or not base_records or not cur.records:
+        what = "a server metric" if server else "a single pass without raw samples"
+        ratio = c_med / b_med if b_med else math.nan
+        return _Result(
+            b_med, c_med, ratio, math.nan, math.nan, math.nan, f"{what} gives no interval"
+        )
 
     def statistic(records: Sequence[object], seconds: float) -> float:
         chosen = [r for r in records if cls is None or getattr(r, "cls", None) == cls]

@@ -182,6 +182,25 @@ def test_no_counter_events_on_either_side_is_no_change_whatever_the_pass_lengths
         assert found.verdict is Verdict.UNCHANGED
 
 
+def test_a_server_metric_over_one_pass_a_side_is_inconclusive_not_a_crash():
+    # the single-pass bootstrap resamples requests; preemptions are a server counter
+    def one(seed, rate):
+        p = side([1.0], seed)
+        return compare.Passes(
+            tuple(dict(m, preemptions_per_s=rate) for m in p.metrics),
+            p.indices,
+            p.durations,
+            p.records,
+        )
+
+    [found] = compare.compare(
+        [one(0, 0.0)], one(1, 0.5), ("preemptions_per_s",), {"preemptions_per_s": 0.5}
+    )
+    assert found.verdict is Verdict.INCONCLUSIVE
+    assert found.basis == "a server metric gives no interval"
+    assert found.current == 0.5
+
+
 def test_tolerance_of_a_class_metric_falls_back_to_its_metric():
     found = compare.compare(
         [side([1.0] * 4, 0)], side([1.0] * 4, 1), ("c.itl_p50_ms",), {"itl_p50_ms": 0.3}
