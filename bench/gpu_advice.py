@@ -148,6 +148,7 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> list[str]:
 
 
 def _verdict_lines(outcome: Outcome) -> list[str]:
+    """The A/B verdict, one line per metric, printed as the run's progress and returned."""
     gate = outcome.gate
     if gate is None:
         return []
@@ -158,6 +159,7 @@ def _verdict_lines(outcome: Outcome) -> list[str]:
             f"x{v.low:.3f}..x{v.high:.3f}, {v.basis}, tolerance {v.tolerance:.0%}) {v.verdict}"
             + ("" if v.gated else " [reported, not gated]")
         )
+    print("\n".join(f"[gpu-advice] {line}" for line in lines), flush=True)
     return lines
 
 
@@ -203,7 +205,6 @@ def tokenization(args: argparse.Namespace) -> dict[str, Any]:
             outcome = measure.run_ab(plan, base, candidate, print)
             outcomes.append(outcome)
             lines = _verdict_lines(outcome)
-            print("\n".join(f"[gpu-advice] {line}" for line in lines), flush=True)
             ab.append({"candidate": name, "rate": chosen, "lines": lines})
     finally:
         pool.stop()
@@ -291,7 +292,6 @@ def kv_ab(args: argparse.Namespace) -> dict[str, Any]:
         )
     ]
     lines = _verdict_lines(outcome)
-    print("\n".join(f"[gpu-advice] {line}" for line in lines), flush=True)
     return {"rows": rows, "ab": lines, "report": text.to_json([outcome])}
 
 
