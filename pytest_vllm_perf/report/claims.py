@@ -168,8 +168,7 @@ def _sweep(claim: Claim, root: Path) -> ClaimRow:
 
     figures = "; ".join(f"{k} " + " / ".join(fmt(r.get(k)) for r in chosen) for k in keys)
     head = " / ".join(claim.profiles) + " (one load, one pass each): "
-    note = f". {claim.why}" if claim.why else ""
-    return ClaimRow(claim, "one pass each", figures=head + figures + note)
+    return ClaimRow(claim, "one pass each", figures=head + figures)
 
 
 def evaluate(claim: Claim, root: Path) -> ClaimRow:
@@ -218,17 +217,14 @@ def markdown(rows: Sequence[ClaimRow]) -> str:
     ]
     for row in rows:
         c = row.claim
-        if row.figures:
-            measured = row.figures
-        elif not row.verdicts:
-            measured = c.why
-        else:
-            measured = f"{row.candidate} against {row.base}: " + "; ".join(
+        figures = row.figures
+        if row.verdicts:
+            figures = f"{row.candidate} against {row.base}: " + "; ".join(
                 f"{v.metric} x{v.ratio:.3f} (95% CI x{v.low:.3f}..x{v.high:.3f}) {v.verdict}"
                 for v in row.verdicts
             )
-            if c.why:  # what the ratios alone do not say: the load, the cause, caveats
-                measured += f". {c.why}"
+        # the why says what the figures alone do not: the load, the cause, caveats
+        measured = ". ".join(part for part in (figures, c.why) if part)
         cited = [f"`{r}`" for r in ([c.result] if c.result else c.sweep)]
         if cited and c.command:
             cited.append(f"`{c.command}`")
