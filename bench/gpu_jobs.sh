@@ -10,18 +10,22 @@
 # collected, were lost.
 # Each job gets its own folder under ~/gpu-jobs/NAME (its log and $OUT) and its own
 # vLLM compile cache (VLLM_CACHE_ROOT), so that two jobs never write one cache at once.
+# It runs from its own copy of the working tree (~/gpu-jobs/NAME/src): each device
+# command gets a fresh tree, and a carried folder replaces the one a job started in.
 set -uo pipefail
 jobs_dir=~/gpu-jobs
 mkdir -p "$jobs_dir"
-collect() { tar czf "$OUT/gpu-jobs.tgz" -C "$jobs_dir" .; }
+collect() { tar czf "$OUT/gpu-jobs.tgz" --exclude='./*/src' -C "$jobs_dir" .; }
 case "$1" in
 start)
   name=$2 gpus=$3
   shift 4
   dir=$jobs_dir/$name
-  mkdir -p "$dir/out"
+  mkdir -p "$dir/out" "$dir/src"
+  tar cf - --exclude=./.git --exclude=./.gpu-wheels --exclude=./.venv . | tar xf - -C "$dir/src"
+  cd "$dir/src" || exit 1
   CUDA_VISIBLE_DEVICES=$gpus VLLM_CACHE_ROOT=~/vllm-cache-$name OUT=$dir/out \
-    VLLM_PERF_CACHE=~/perf-cache-$name PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 \
+    VLLM_PERF_CACHE=~/perf-cache-$name PYTHONPATH="$dir/src:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 \
     setsid nohup bash -c '"$@"; echo "exit $?" > "$0/rc"' "$dir" "$@" > "$dir/log" 2>&1 < /dev/null &
   echo "started $name on GPU $gpus: $*"
   ;;

@@ -128,11 +128,13 @@ def assemble(
 ) -> Measurement:
     """A measurement from recorded passes (of one run, or gathered from several)."""
     passes = tuple(passes)
+    per_pass = tuple(stats.pass_metrics(workload, p) for p in passes)
+    peaks = scrape.gauge_peaks(tuple(gauges))
     return Measurement(
         workload=workload,
         passes=passes,
-        metrics=stats.measure_metrics(workload, passes, scrape.gauge_peaks(tuple(gauges))),
-        pass_metrics=tuple(stats.pass_metrics(workload, p) for p in passes),
+        metrics=stats.measure_metrics(workload, passes, peaks, per_pass),
+        pass_metrics=per_pass,
         gauges=tuple(gauges),
     )
 

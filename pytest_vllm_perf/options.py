@@ -165,7 +165,7 @@ OPTIONS: Final = (
         "--vllm-repeat",
         "vllm_repeat",
         repeat_count,
-        "6",
+        "8",
         "passes of each workload; verdicts compare passes",
     ),
 )

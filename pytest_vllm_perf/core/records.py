@@ -84,11 +84,19 @@ class PassRecord:
     are the independent units whose spread is the run-to-run noise a gate must
     beat. Pass ``index`` k replays the seeded schedule ``workload.seed + k``, so
     pass k of two runs can be paired. ``start_s`` is the pass's offset in the run,
-    the time base of its records' ``start``. ``records`` hold the measured requests
-    only: those started during the ramp-up (``ramp_s``, while closed-loop users are
-    still joining) are left out and counted in ``ramp_requests``. ``drain_s`` is how
-    long the last requests ran past the pass's end. ``counters`` are server counter
-    deltas over the pass (preemptions), read at its boundaries.
+    the time base of its records' ``start``.
+
+    ``records`` hold the requests whose latencies are measured: those started during
+    the ramp-up (``ramp_s``, while closed-loop users are still joining) are left out
+    and kept in ``ramp_records``. Throughput is counted over the **window**
+    ``[start_s + ramp_s, start_s + ramp_s + duration_s]``: the tokens of every
+    request (ramp-up ones too) that streamed inside it, over its length. In the
+    steady shape the window ends at the pass's deadline, so the drain (concurrency
+    falling to zero while the last requests finish, ``drain_s``) is never counted as
+    measured time; in the bench-serve shape it ends at the last response, as in
+    ``vllm bench serve``. ``elapsed_s`` is the whole pass, ramp-up and drain included:
+    the span over which ``counters`` (server counter deltas, read at the pass's
+    boundaries; NaN where a read failed) were taken.
     """
 
     records: tuple[RequestRecord, ...]
@@ -100,6 +108,19 @@ class PassRecord:
     ramp_requests: int = 0
     drain_s: float = 0.0
     overloaded: str = ""  # why the pass measured a growing queue, or empty
+    ramp_records: tuple[RequestRecord, ...] = ()
+    elapsed_s: float = 0.0
+
+    @property
+    def window(self) -> tuple[float, float]:
+        """The throughput window, in the run's time base."""
+        begin = self.start_s + self.ramp_s
+        return begin, begin + self.duration_s
+
+    @property
+    def counted_s(self) -> float:
+        """The span the counters cover (older records lack ``elapsed_s``)."""
+        return self.elapsed_s or self.ramp_s + self.duration_s + self.drain_s
 
 
 @dataclass(frozen=True)

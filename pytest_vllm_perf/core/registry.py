@@ -152,6 +152,9 @@ def _build() -> dict[str, MetricDef]:
             bench_serve_key="request_throughput",
             fmt="{:.2f}",
         ),
+        # passes whose streams came in bursts (a starved API server): their ITL and
+        # TPOT are left out, and a verdict compares how often each side streamed so
+        MetricDef("bursty_passes", "bursty", "passes", "request", "count", fmt="{:.0f}"),
         MetricDef("preemptions", "preempt", "count", "server", "counter", fmt="{:.0f}"),
         MetricDef(
             "preemptions_per_s",

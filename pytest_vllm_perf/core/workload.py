@@ -12,12 +12,24 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 
 from pytest_vllm_perf.core.errors import ThresholdError, WorkloadError
 from pytest_vllm_perf.core.registry import metric
 
-__all__ = ["RequestClass", "Workload", "WorkloadError", "from_dict", "pass_count"]
+__all__ = ["RequestClass", "Shape", "Workload", "WorkloadError", "from_dict", "pass_count"]
+
+# How closed-loop users start, and what a pass measures:
+# - "steady": users join staggered over ``ramp_s``; latencies come from requests
+#   started after the ramp-up, throughput from the tokens streamed between the end
+#   of the ramp-up and the pass's deadline, the window in which every user is busy.
+#   Prefills then land in every decode step, as in traffic whose users are out of step.
+# - "bench-serve": as ``vllm bench serve --max-concurrency``: every user starts at
+#   once, nothing is left out, and throughput is every token over the time to the
+#   last response (the drain included). Users stay in step: a wave of prefills, then
+#   decode steps without any. For checking this client against vB on one server.
+Shape = Literal["steady", "bench-serve"]
+SHAPES: Final = get_args(Shape)
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,8 @@ class RequestClass:
 
 
 LATER_FIELDS: Final[dict[str, object]] = {"shared_prompt": False}
+# top-level fields added later: they count in the hash only when set
+LATER_WORKLOAD_FIELDS: Final[dict[str, object]] = {"shape": "steady"}
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,7 @@ class Workload:
     seed: int = 0
     request_timeout_s: float = 300.0
     ramp_s: float = 1.0
+    shape: Shape = "steady"
     gate: tuple[str, ...] = field(default=(), compare=False)
     description: str = field(default="", compare=False)
 
@@ -72,6 +87,11 @@ class Workload:
             raise WorkloadError(f"workload {self.name!r}: duration_s must be > 0")
         if self.ramp_s < 0:
             raise WorkloadError(f"workload {self.name!r}: ramp_s must be >= 0")
+        if self.shape not in SHAPES:
+            raise WorkloadError(
+                f"workload {self.name!r}: shape must be one of {', '.join(SHAPES)}, "
+                f"got {self.shape!r}"
+            )
         object.__setattr__(self, "gate", tuple(self.gate))
         names = {c.name for c in self.classes}
         for key in self.gate:
@@ -88,7 +108,10 @@ class Workload:
 
     @property
     def effective_ramp_s(self) -> float:
-        """The ramp-up actually used: ``ramp_s``, but at most a tenth of a pass."""
+        """The ramp-up actually used: ``ramp_s``, but at most a tenth of a pass (none in
+        the bench-serve shape, whose users all start at once)."""
+        if self.shape == "bench-serve":
+            return 0.0
         return min(self.ramp_s, self.duration_s / 10)
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,6 +123,9 @@ class Workload:
         body = self.to_dict()
         body.pop("description")
         body.pop("gate")
+        for name, default in LATER_WORKLOAD_FIELDS.items():
+            if body.get(name) == default:
+                del body[name]
         for cls in body["classes"]:
             # fields added later count only when set, so older baselines keep their key
             for name, default in LATER_FIELDS.items():

@@ -6,7 +6,9 @@ more passes back to back (``repeat``); pass k replays the seeded schedule
 ``seed + k``, so pass k of two runs can be paired. Each pass:
 
 - starts its closed-loop users staggered over ``ramp_s`` and leaves requests
-  started during that ramp-up out of its records (they met a half-loaded server);
+  started during that ramp-up out of its latencies (they met a half-loaded server),
+  or, in the bench-serve shape, starts them all at once and leaves nothing out;
+- counts throughput over a window, not to the last response (``PassRecord``);
 - reads the server's preemption counter at its start and end (outside the timed
   window), so each pass has its own count;
 - runs with the garbage collector frozen, as ``vllm bench serve`` does, so a
@@ -22,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,24 +188,39 @@ async def _pass(state: _Run, index: int) -> PassRecord:
     await _drive(state, workload.seed + index)
     ended = time.perf_counter()
     after = await asyncio.to_thread(scrape.scrape, state.base_url)
-    ramp_end = start - state.t0 + workload.effective_ramp_s
-    kept = tuple(sorted((r for r in state.records if r.start >= ramp_end), key=lambda r: r.start))
-    counters: dict[str, float] = {}
-    b, a = scrape.preemptions(before), scrape.preemptions(after)
-    if b is not None and a is not None:
-        counters["preemptions"] = a - b
+    ramp = workload.effective_ramp_s
+    ramp_end = start - state.t0 + ramp
+    ordered = sorted(state.records, key=lambda r: r.start)
+    kept = tuple(r for r in ordered if r.start >= ramp_end)
+    # steady: the window ends at the deadline, when users stop sending and the
+    # drain begins; bench-serve: at the last response, as vllm bench serve's
+    window_s = ended - start if workload.shape == "bench-serve" else workload.duration_s - ramp
     return PassRecord(
         records=kept,
-        # the measured window: from the end of the ramp-up to the last response
-        duration_s=ended - start - workload.effective_ramp_s,
+        duration_s=window_s,
         start_s=start - state.t0,
         index=index,
-        counters=counters,
-        ramp_s=workload.effective_ramp_s,
-        ramp_requests=len(state.records) - len(kept),
+        counters=_counter_deltas(before, after),
+        ramp_s=ramp,
+        ramp_requests=len(ordered) - len(kept),
         drain_s=max(0.0, ended - state.deadline),
         overloaded=overload(workload, kept),
+        ramp_records=tuple(r for r in ordered if r.start < ramp_end),
+        elapsed_s=ended - start,
     )
+
+
+def _counter_deltas(
+    before: Mapping[str, float] | None, after: Mapping[str, float] | None
+) -> dict[str, float]:
+    """Counter deltas over a pass: NaN when a read failed (the verdict then fails on
+    it, rather than losing the counter), absent when the server exports none."""
+    if before is None or after is None:
+        return {"preemptions": math.nan}
+    b, a = scrape.preemptions(before), scrape.preemptions(after)
+    if b is None or a is None:
+        return {} if b is None and a is None else {"preemptions": math.nan}
+    return {"preemptions": a - b}
 
 
 def overload(workload: Workload, records: tuple[RequestRecord, ...]) -> str:
@@ -255,7 +273,7 @@ async def _drive(state: _Run, seed: int) -> None:
             jobs += [
                 state.user(cls, random.Random(rng.random()), ramp * j / cls.users)
                 for j in range(cls.users)
-            ]
+            ]  # bench-serve's ramp is 0: every user starts at once
         else:
             jobs.append(state.arrivals(cls, random.Random(rng.random())))
     await asyncio.gather(*jobs)

@@ -61,15 +61,17 @@ def first(values: Mapping[str, float], names: tuple[str, ...]) -> float | None:
     return None
 
 
-def scrape(base_url: str, timeout_s: float = 5.0) -> dict[str, float]:
-    """One read of the metrics we use; empty when the server exports none or does not answer."""
+def scrape(base_url: str, timeout_s: float = 5.0) -> dict[str, float] | None:
+    """One read of the metrics we use: empty when the server exports none of them,
+    None when ``/metrics`` could not be read (a counter read that failed must not
+    look like a counter that did not move)."""
     try:
         with urllib.request.urlopen(f"{base_url}/metrics", timeout=timeout_s) as resp:  # noqa: S310
             if resp.status != 200:
-                return {}
+                return None
             return parse(resp.read().decode("utf-8", "replace"), WANTED)
     except (urllib.error.URLError, OSError, ValueError):
-        return {}
+        return None
 
 
 def preemptions(values: Mapping[str, float]) -> float | None:
@@ -97,7 +99,7 @@ class GaugeSampler:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            values = scrape(self.base_url, timeout_s=2.0)
+            values = scrape(self.base_url, timeout_s=2.0) or {}
             self.readings.append(
                 GaugeReading(
                     t=time.perf_counter() - self.t0,

@@ -117,7 +117,7 @@ def describe_verdict(v: MetricVerdict) -> str:
     interval = "no interval" if math.isnan(v.low) else f"95% CI x{v.low:.3f}..x{v.high:.3f}"
     p = ""
     if not math.isnan(v.p_value):
-        p = f", p={v.p_value:.3g}"
+        p = f", p={v.p_value:.3g} beyond it"  # the p of a change beyond the tolerance
         if v.gated and v.p_holm != v.p_value:
             p += f" (Holm {v.p_holm:.3g})"
     role = "" if v.gated else " [reported, not gated]"

@@ -100,7 +100,7 @@ def evaluate(
         gated=gated,
         pair=True,
     )
-    note = compare.passes_note(stored.boots, current, len(gated))
+    note = compare.passes_note(stored.boots, current, gated)
     found = _reported_only(stored, provenance, gate_other_release)
     if found is not None:
         status, note = found
@@ -135,7 +135,7 @@ def ab(
         f"A/B: {sides[0]} against {sides[1]}, "
         "two servers up, one loaded at a time, passes alternated (ABBA)"
     )
-    more = compare.passes_note([base_passes], current, len(gated), boots_matter=False)
+    more = compare.passes_note([base_passes], current, gated, boots_matter=False)
     if more:
         note += "; " + more
     label = f"the A/B base side {sides[1]}"

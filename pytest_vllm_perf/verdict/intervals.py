@@ -207,13 +207,15 @@ def block_bootstrap(
     cur_blocks: Sequence[tuple[Sequence[object], float]],
     statistic: Statistic,
     seed: int = 0,
+    bound: float = 1.0,
 ) -> tuple[float, float, float, float]:
     """Ratio current / baseline of ``statistic`` over resampled time blocks, and its interval.
 
     Each block is (records, seconds). A replicate draws as many blocks as there are,
     with replacement, on each side. Returns (point ratio of all blocks, low, high, p),
-    p being twice the share of replicates on the far side of 1 (at least 1/BOOTSTRAP);
-    infinite ratios (failures) stay infinite.
+    p being twice the share of replicates on the near side of ``bound`` or of
+    1 / ``bound`` (a change beyond a tolerance: ``bound`` = 1 + tolerance), at least
+    1/BOOTSTRAP; infinite ratios (failures) stay infinite.
     """
     rng = np.random.default_rng(seed)
 
@@ -236,6 +238,6 @@ def block_bootstrap(
     alpha = (1 - CONFIDENCE) / 2
     at = np.array([alpha, 1 - alpha]) * (len(known) - 1)
     low, high = known[np.floor(at).astype(int)], known[np.ceil(at).astype(int)]
-    far = min(np.mean(known <= 1), np.mean(known >= 1))
+    far = min(np.mean(known <= bound), np.mean(known >= 1 / bound))
     p = min(1.0, max(2 * float(far), 1 / BOOTSTRAP))
     return point, float(low[0]), float(high[1]), p

@@ -19,6 +19,7 @@ from pytest_vllm_perf.core.registry import LATENCIES, METRICS, PERCENTILES
 from pytest_vllm_perf.core.workload import Workload
 
 __all__ = [
+    "BURSTY",
     "BURST_GAP_S",
     "bursts",
     "measure_metrics",
@@ -27,6 +28,8 @@ __all__ = [
     "samples",
     "summarize",
     "value",
+    "window_counts",
+    "window_rates",
 ]
 
 Samples = dict[str, np.ndarray]
@@ -80,7 +83,11 @@ def _latency_stats(field: str, seconds: np.ndarray) -> dict[str, float]:
 
 
 def summarize(records: Sequence[RequestRecord], duration_s: float) -> dict[str, float]:
-    """Every request metric of the registry over one group of records and window."""
+    """Every request metric of the registry over one group of records and ``duration_s``.
+
+    Throughput here is every completed token over ``duration_s``; a pass's throughput
+    counts tokens inside its window instead (:func:`window_rates`).
+    """
     arrays = samples(records)
     out: dict[str, float] = {}
     for field in LATENCIES:
@@ -92,6 +99,46 @@ def summarize(records: Sequence[RequestRecord], duration_s: float) -> dict[str, 
     out["output_throughput"] = float(np.sum(arrays["tokens"])) / duration_s if rate_ok else math.nan
     out["request_throughput"] = completed / duration_s if rate_ok else math.nan
     return out
+
+
+def window_counts(records: Iterable[RequestRecord], begin: float, end: float) -> tuple[float, int]:
+    """Output tokens streamed, and requests completed, inside ``[begin, end]``.
+
+    A token counts when its chunk arrived inside the window (a chunk of several
+    tokens counts them all), so requests that started before the window or ended
+    after it count for the part they streamed inside it. Failed requests count
+    nothing, as in ``vllm bench serve``, which counts only completed requests' tokens.
+    """
+    tokens, completed = 0.0, 0
+    for r in records:
+        if not r.ok or r.ttft is None:
+            continue
+        first = r.start + r.ttft
+        if r.start + r.e2el < begin or first > end:
+            continue
+        completed += begin <= r.start + r.e2el <= end
+        times = first + np.concatenate(([0.0], np.cumsum(r.itl)))
+        inside = int(np.count_nonzero((times >= begin) & (times <= end)))
+        tokens += inside * r.output_tokens / len(times)
+    return tokens, completed
+
+
+def window_rates(passes: Sequence[PassRecord], cls: str | None = None) -> dict[str, float]:
+    """Output and request throughput over the passes' windows (``PassRecord``), of one
+    class or of all: the tokens streamed inside each window over their total length.
+
+    Counting to the last response instead (the drain included) made 8 s passes of an
+    H200 decode load read 13% below 25 s ones, and the bias grows with E2EL, so it
+    does not cancel in an A/B ratio (issue 22).
+    """
+    tokens, completed, seconds = 0.0, 0, 0.0
+    for p in passes:
+        chosen = (r for r in (*p.ramp_records, *p.records) if cls is None or r.cls == cls)
+        t, c = window_counts(chosen, *p.window)
+        tokens, completed, seconds = tokens + t, completed + c, seconds + p.duration_s
+    if seconds <= 0:
+        return {"output_throughput": math.nan, "request_throughput": math.nan}
+    return {"output_throughput": tokens / seconds, "request_throughput": completed / seconds}
 
 
 def value(name: str, records: Sequence[RequestRecord], duration_s: float) -> float:
@@ -112,14 +159,15 @@ def value(name: str, records: Sequence[RequestRecord], duration_s: float) -> flo
     return summarize(records, duration_s)[name]
 
 
-def _by_class(
-    workload: Workload, records: Sequence[RequestRecord], duration_s: float
-) -> dict[str, float]:
+def _by_class(workload: Workload, passes: Sequence[PassRecord]) -> dict[str, float]:
     """All requests unprefixed, each class as ``cls.metric``."""
-    out = summarize(records, duration_s)
+    records = [r for p in passes for r in p.records]
+    duration = sum(p.duration_s for p in passes)
+    out = {**summarize(records, duration), **window_rates(passes)}
     for cls in workload.classes:
         group = [r for r in records if r.cls == cls.name]
-        out.update({f"{cls.name}.{k}": v for k, v in summarize(group, duration_s).items()})
+        found = {**summarize(group, duration), **window_rates(passes, cls.name)}
+        out.update({f"{cls.name}.{k}": v for k, v in found.items()})
     return out
 
 
@@ -131,6 +179,7 @@ def _by_class(
 BURST_GAP_S: Final = 0.0002
 BURST_MIN_GAPS: Final = 20
 PER_CHUNK: Final = ("itl", "tpot")
+BURSTY: Final = "bursty_passes"
 
 
 def bursts(workload: Workload, p: PassRecord) -> dict[str, float]:
@@ -146,33 +195,55 @@ def bursts(workload: Workload, p: PassRecord) -> dict[str, float]:
 def pass_metrics(workload: Workload, p: PassRecord) -> dict[str, float]:
     """Every metric of one pass: what a verdict compares, pass against pass.
 
-    Per-chunk metrics (ITL, TPOT) of a class that streamed in bursts are left out
-    (NaN), with the all-requests ones: they measure the API server's starvation, not
-    the engine, and shrink as it gets worse. The verdict then compares the passes
-    that streamed normally, and says so when none did.
+    A class that streamed in bursts has its own per-chunk metrics (ITL, TPOT) left
+    out (NaN) and ``CLASS.bursty_passes`` set to 1: they measure the API server's
+    starvation, not the engine, and shrink as it gets worse. The all-request
+    per-chunk metrics are then computed over the classes that streamed normally, and
+    left out (``bursty_passes`` 1) only when none did. The verdict compares how
+    often each side streamed in bursts (``compare``), so a regression that makes
+    streams bursty fails rather than disappears.
     """
-    out = _by_class(workload, p.records, p.duration_s)
+    out = _by_class(workload, (p,))
     bursty = bursts(workload, p)
+    streamed = {r.cls for r in p.records if r.itl}
+    normal = streamed - set(bursty)
+    if bursty and normal:  # all-request per-chunk metrics over the normal classes only
+        kept = [r for r in p.records if r.cls in normal]
+        again = summarize(kept, p.duration_s)
+        out.update({k: v for k, v in again.items() if k.startswith(PER_CHUNK)})
+    for cls in workload.classes:
+        out[f"{cls.name}.{BURSTY}"] = float(cls.name in bursty)
+    out[BURSTY] = float(bool(bursty) and not normal)
     for key in list(out):
-        cls, _, name = key.rpartition(".")
-        if bursty and name.startswith(PER_CHUNK) and (cls in bursty or not cls):
+        cls_name, _, name = key.rpartition(".")
+        if not name.startswith(PER_CHUNK):
+            continue
+        if out[f"{cls_name}.{BURSTY}" if cls_name else BURSTY]:
             out[key] = math.nan
     if "preemptions" in p.counters:
         out["preemptions"] = p.counters["preemptions"]
-        out["preemptions_per_s"] = p.counters["preemptions"] / p.duration_s
+        out["preemptions_per_s"] = p.counters["preemptions"] / p.counted_s
     return out
 
 
 def measure_metrics(
-    workload: Workload, passes: Sequence[PassRecord], server: Mapping[str, float]
+    workload: Workload,
+    passes: Sequence[PassRecord],
+    server: Mapping[str, float],
+    per_pass: Sequence[Mapping[str, float]],
 ) -> dict[str, float]:
-    """Every metric over all passes pooled (what thresholds check), plus server gauges."""
-    records = [r for p in passes for r in p.records]
-    duration = sum(p.duration_s for p in passes)
-    out = _by_class(workload, records, duration)
+    """Every metric over all passes pooled (what thresholds check), plus server gauges.
+
+    ``bursty_passes`` counts the passes that streamed in bursts, from ``per_pass``
+    (each pass's :func:`pass_metrics`).
+    """
+    out = _by_class(workload, passes)
+    for key in [BURSTY, *(f"{c.name}.{BURSTY}" for c in workload.classes)]:
+        out[key] = float(sum(m[key] for m in per_pass))
     counts = [p.counters["preemptions"] for p in passes if "preemptions" in p.counters]
     if passes and len(counts) == len(passes):
         out["preemptions"] = float(sum(counts))
-        out["preemptions_per_s"] = out["preemptions"] / duration if duration > 0 else math.nan
+        seconds = sum(p.counted_s for p in passes)
+        out["preemptions_per_s"] = out["preemptions"] / seconds if seconds > 0 else math.nan
     out.update(server)
     return out

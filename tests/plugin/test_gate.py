@@ -29,7 +29,7 @@ def project(perf_project, fake_vllm):
     return perf_project
 
 
-PASSES = 6  # the default: 6 vs 6 passes can be significant over 4 gated metrics (Holm)
+PASSES = 6  # under the default 8, for speed: 6 vs 6 can be significant over 4 gated (Holm)
 
 
 def run(project, fake, *args):
@@ -270,13 +270,17 @@ def test_single_pass_schema_1_baseline_is_compared_with_a_warning(project, fake_
     path.write_text(json.dumps(schema_1))
     fake_vllm.delay_s *= 4
     result = run(project, fake_vllm)
-    result.assert_outcomes(failed=1)
+    # one pass a side: its time-block interval understates run-to-run noise (a
+    # simulated A/A with a 3% pass-to-pass shift came out 17% regressed), so it is
+    # shown, never gated (issue 22, finding 6)
+    result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "*>> tpot_mean_ms:*over time blocks*regressed*",
-            f"*1 baseline vs {PASSES} current pass(es): intervals come from time*",
+            "*tpot_mean_ms:*over time blocks*regressed*",
+            f"*1 baseline vs {PASSES} current pass(es): reported, not gated*",
         ]
     )
+    assert ">> tpot_mean_ms" not in result.stdout.str()
 
 
 def passes_saved(project, fake, *args) -> int:
@@ -288,8 +292,8 @@ def passes_saved(project, fake, *args) -> int:
     return [len(b["passes"]) for b in json.loads(path.read_text())["boots"]]
 
 
-def test_six_passes_by_default_and_the_ini_twin(project, fake_vllm):
-    assert passes_saved(project, fake_vllm, "--vllm-save-baseline") == [6]
+def test_eight_passes_by_default_and_the_ini_twin(project, fake_vllm):
+    assert passes_saved(project, fake_vllm, "--vllm-save-baseline") == [8]
     project.makeini("[pytest]\nvllm_repeat = 2\n")
     assert passes_saved(project, fake_vllm, "--vllm-save-baseline") == [2]
 

@@ -63,8 +63,9 @@ def test_same_level_is_unchanged_and_clear_changes_are_called():
 
 def test_significant_but_within_tolerance_is_not_regressed():
     found = verdicts([side([1.0] * 5, 0)], side([1.05] * 5, 0))
-    assert found["itl_p50_ms"].verdict is not Verdict.REGRESSED
-    assert found["itl_p50_ms"].p_value < 0.05  # every current pass is slower
+    assert found["itl_p50_ms"].verdict is Verdict.UNCHANGED
+    assert found["itl_p50_ms"].low > 1  # every current pass is slower, within 15%
+    assert found["itl_p50_ms"].p_value == 1  # the p of a change beyond the tolerance
 
 
 def test_classify():
@@ -103,7 +104,7 @@ def test_boots_widen_the_interval_by_their_drift():
     a, b = one_boot["itl_p50_ms"], two_boots["itl_p50_ms"]
     assert a.low > 1  # one boot: the 12% is significant
     assert b.low < 1 < b.high and b.high - b.low > a.high - a.low
-    assert "2 baseline boots, drift allowance x1.1" in b.basis
+    assert "2 baseline boots, drift allowance x1.2" in b.basis
     assert b.verdict is not Verdict.REGRESSED
 
 
@@ -131,17 +132,21 @@ def test_single_pass_falls_back_to_time_blocks_and_says_so():
     found = verdicts([side([1.0], 0)], side([1.5], 1), keys=("itl_p50_ms",))
     assert found["itl_p50_ms"].basis == "time blocks"
     assert found["itl_p50_ms"].verdict is Verdict.REGRESSED
+    assert found["itl_p50_ms"].gated is False  # reported, not gated (finding 6)
     note = compare.passes_note([side([1.0], 0)], side([1.0] * 4, 1))
-    assert "1 baseline vs 4 current pass(es)" in note
+    assert "1 baseline vs 4 current pass(es): reported, not gated" in note
 
 
-def test_failed_requests_make_a_metric_inconclusive_not_hidden():
+def test_failed_requests_make_a_metric_regressed_naming_them_not_hidden():
+    """Finding 3: infinite p99s from failures were 'inconclusive', which never fails."""
     cur = side([1.0] * 4, 5)
-    broken = [dict(m, ttft_p99_ms=math.inf) for m in cur.metrics]
+    broken = [dict(m, ttft_p99_ms=math.inf, failed=3.0) for m in cur.metrics]
     cur = compare.Passes(tuple(broken), cur.indices, cur.durations)
     found = verdicts([side([1.0] * 4, 0)], cur, keys=("ttft_p99_ms",))
-    assert found["ttft_p99_ms"].verdict is Verdict.INCONCLUSIVE
+    assert found["ttft_p99_ms"].verdict is Verdict.REGRESSED
+    assert found["ttft_p99_ms"].basis == "12 failed request(s) on the current side make it infinite"
     assert found["ttft_p99_ms"].current == math.inf
+    assert found["failed"].verdict is Verdict.REGRESSED and found["failed"].gated
 
 
 def test_counter_rates_are_compared_per_pass():

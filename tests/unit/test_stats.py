@@ -70,7 +70,8 @@ def test_summarize_covers_the_registry_and_value_agrees_with_it():
         for i in range(1, 9)
     ] + [record(ttft=None, itl=(), e2el=1.0, tokens=0, error="HTTP 500")]
     summary = stats.summarize(records, duration_s=2)
-    assert set(summary) == {k for k, m in METRICS.items() if m.source == "request"}
+    per_pass = {"bursty_passes"}  # a flag of a pass (pass_metrics), not of records
+    assert set(summary) == {k for k, m in METRICS.items() if m.source == "request"} - per_pass
     for name, expected in summary.items():
         assert stats.value(name, records, 2) == pytest.approx(expected, nan_ok=True), name
 
@@ -91,8 +92,11 @@ def test_a_class_that_streamed_in_bursts_has_no_per_chunk_metrics_in_that_pass()
     long = (record(itl=(0.00001,), cls="long", tokens=2, expected=2),)
     starved = stats.pass_metrics(load, PassRecord(burst + long, 5.0))
     assert stats.bursts(load, PassRecord(burst + long, 5.0)) == {"chat": pytest.approx(0.00001)}
-    for key in ("chat.itl_p99_ms", "chat.tpot_mean_ms", "itl_p50_ms", "tpot_mean_ms"):
+    for key in ("chat.itl_p99_ms", "chat.tpot_mean_ms"):
         assert math.isnan(starved[key]), key
+    assert starved["chat.bursty_passes"] == 1 and starved["bursty_passes"] == 0
+    # all requests: over the class that streamed normally only (finding 1)
+    assert starved["itl_p50_ms"] == starved["long.itl_p50_ms"] == pytest.approx(0.01)
     assert starved["chat.ttft_p50_ms"] == pytest.approx(900)
     assert starved["chat.output_throughput"] == pytest.approx(44 / 5)
     assert not math.isnan(starved["long.itl_p50_ms"])  # one gap: too few to judge
