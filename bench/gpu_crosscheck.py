@@ -48,6 +48,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--preset", default="llama-8b")
+    parser.add_argument("--platform", default="cuda")
     parser.add_argument("--base", default="half-gpu")
     parser.add_argument("--candidate", default="half-gpu-seqs-16")
     parser.add_argument("--users", type=int, default=32)
@@ -57,6 +58,7 @@ def main() -> int:
     parser.add_argument("--xc-repeat", type=int, default=3)
     parser.add_argument("--ab-duration", type=float, default=8.0)
     parser.add_argument("--ab-repeat", type=int, default=8)
+    parser.add_argument("--ab-shape", default="steady", help="the A/B's load shape")
     parser.add_argument("--vb-repeat", type=int, default=3)
     parser.add_argument("--steps", default="length,crosscheck,ab")
     parser.add_argument("--cache-dir", default=".vllm-perf-cache")
@@ -74,7 +76,7 @@ def main() -> int:
         atomic.write_text(args.out / "crosscheck.md", "\n".join([head, "", *lines]) + "\n")
 
     where = profiles.search_path(ROOT / "profiles")
-    config = PoolConfig(Path(args.cache_dir), preset=args.preset, platform="cuda",
+    config = PoolConfig(Path(args.cache_dir), preset=args.preset, platform=args.platform,
                         boot_timeout_s=900)  # fmt: skip
     pool = ServerPool(config, say)
     load = crosscheck.Load(args.users, 128, 256, args.xc_duration)
@@ -114,9 +116,11 @@ def main() -> int:
             t = time.monotonic()
             cand = pool.get(profiles.load(args.candidate, where), slot="main")
             data["boot_s"][args.candidate] = round(time.monotonic() - t, 1)
-            ab_load = crosscheck.Load(args.users, 128, 256, args.ab_duration).workload("steady")
+            ab_load = crosscheck.Load(args.users, 128, 256, args.ab_duration).workload(
+                args.ab_shape
+            )
             plan = measure.Plan.resolve("bench/gpu_crosscheck.py::ab", ab_load,
-                                        args.ab_repeat, "cuda")  # fmt: skip
+                                        args.ab_repeat, args.platform)  # fmt: skip
             outcome = measure.run_ab(plan, base, cand, say)
             assert outcome.gate is not None
             verdicts = [text.describe_verdict(v) for v in outcome.gate.verdicts]
@@ -135,7 +139,8 @@ def main() -> int:
                           "vb_ratio": vb_ratio, "ab_ratio": ours.ratio,
                           "ab_over_vb": ours.ratio / vb_ratio,
                           "report": text.to_json([outcome])}  # fmt: skip
-            lines += [f"## A/B: {args.candidate} against {args.base}", "", "```",
+            lines += [f"## A/B: {args.candidate} against {args.base}, {args.ab_shape} shape", "",
+                      "```",
                       outcome.gate.note, *verdicts, "```", "",
                       f"vB output throughput, {args.vb_repeat} runs a side of {prompts} "
                       f"prompts: base {', '.join(f'{x:.0f}' for x in vb['base'])}; candidate "
