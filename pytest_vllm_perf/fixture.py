@@ -18,13 +18,14 @@ import pytest
 from pytest_vllm_perf import measure
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.errors import VllmPerfError
-from pytest_vllm_perf.core.records import GateStatus, Outcome, Progress
+from pytest_vllm_perf.core.records import Outcome, Progress
 from pytest_vllm_perf.core.registry import validate_tolerances
 from pytest_vllm_perf.core.workload import Workload, pass_count
 from pytest_vllm_perf.options import Settings
 from pytest_vllm_perf.report import text
+from pytest_vllm_perf.serving import hardware, models
 from pytest_vllm_perf.serving.pool import ServerHandle
-from pytest_vllm_perf.verdict import baseline
+from pytest_vllm_perf.verdict import baseline, gate
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.thresholds import validate as validate_thresholds
 
@@ -215,12 +216,47 @@ def preflight(node: pytest.Item, settings: Settings) -> list[str]:
 
 def stored_baselines(node: pytest.Item, settings: Settings) -> list[str]:
     """Problems with the baselines a perf test under one profile will read, found before
-    any server boots (a corrupt file was found after 79 s of load on the CPU engine)."""
+    any server boots (a corrupt file was found after 79 s of load on the CPU engine).
+
+    Under ``--vllm-require-baseline``, a baseline that cannot gate this run (missing,
+    other hardware, another workload, model or vLLM release) is one too: otherwise
+    every verdict would be "compared, not gated" and the run would pass."""
     callspec = getattr(node, "callspec", None)
     profile = callspec.params.get("vllm_profile") if callspec else None
-    if not profile or settings.save_mode is SaveMode.SAVE or settings.ab_base is not None:
+    if not profile or settings.save_mode is not SaveMode.COMPARE or settings.ab_base is not None:
         return []
-    return baseline.check_stored(settings.baseline_dir, node.nodeid.split("[")[0], profile)
+    test_id = node.nodeid.split("[")[0]
+    problems = baseline.check_stored(settings.baseline_dir, test_id, profile)
+    if problems or not settings.require_baseline:
+        return problems
+    try:
+        workload = _marker_workload(node, marker_of(node))
+    except VllmPerfError:
+        return []  # preflight names the marker's problem
+    platform = settings.platform or hardware.detect_platform()
+    found = gate.precheck(
+        settings.baseline_dir,
+        hardware.hardware_class(platform),
+        test_id,
+        profile,
+        workload.hash,
+        _model_before_boot(settings),
+        hardware.interpreter_versions(None)[0],
+        settings.gate_other_release,
+    )
+    if found is None:
+        return []
+    return [f"{node.nodeid}: --vllm-require-baseline ({found[0]}): {found[1]}"]
+
+
+def _model_before_boot(settings: Settings) -> str | None:
+    """The model a run will record, where it is known before the boot: an embedded
+    preset's folder name, or ``--vllm-model``; None for a server someone else started."""
+    if settings.model:
+        return settings.model
+    if settings.url:
+        return None
+    return models.folder_name(models.PRESETS[settings.preset])
 
 
 def _reported(action: Callable[[], T]) -> T:
@@ -244,10 +280,6 @@ def _problems(outcome: Outcome, require_baseline: bool) -> list[str]:
     result = outcome.gate
     if result and result.regressions:
         problems.append(text.regression_message(result))
-    if (
-        result
-        and require_baseline
-        and result.status in (GateStatus.MISSING, GateStatus.OTHER_HARDWARE)
-    ):
-        problems.append(f"--vllm-require-baseline: {result.note}")
+    if result and require_baseline and result.status in gate.CANNOT_GATE:
+        problems.append(f"--vllm-require-baseline ({result.status}): {result.note}")
     return problems

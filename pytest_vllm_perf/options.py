@@ -176,7 +176,12 @@ FLAGS: Final = (
         "store each result as the new baseline (one boot)",
     ),
     ("--vllm-add-boot", "vllm_add_boot", "add each result to its baseline as one more boot"),
-    ("--vllm-require-baseline", "vllm_require_baseline", "fail perf tests with no baseline"),
+    (
+        "--vllm-require-baseline",
+        "vllm_require_baseline",
+        "fail, before any boot, perf tests whose baseline cannot gate them "
+        "(missing, other hardware, workload, model or vLLM release)",
+    ),
     (
         "--vllm-gate-other-release",
         "vllm_gate_other_release",

@@ -24,6 +24,7 @@ __all__ = [
     "ModelPreset",
     "TokenizerKind",
     "build",
+    "folder_name",
     "max_context",
     "train_tokenizer",
     "words",
@@ -115,13 +116,21 @@ def words(count: int, seed: int = WORDS_SEED) -> list[str]:
     return list(seen)
 
 
-def build(preset: ModelPreset, cache_dir: Path) -> Path:
-    """The model folder for ``preset`` under ``cache_dir``, built once and then reused."""
+def folder_name(preset: ModelPreset) -> str:
+    """The model folder's name: the preset's name and a hash of its shape and tokenizer.
+
+    Baselines record it as the model, so it is known before anything is built or
+    booted (``--vllm-require-baseline`` checks it at collection)."""
     fields = asdict(preset)
     if preset.tokenizer == "word":  # the key from before tokenizers had a kind
         del fields["tokenizer"]
     key = json.dumps(fields, sort_keys=True)
-    folder = cache_dir / f"{preset.name}-{abs(hash_text(key)) % 10**10}"
+    return f"{preset.name}-{abs(hash_text(key)) % 10**10}"
+
+
+def build(preset: ModelPreset, cache_dir: Path) -> Path:
+    """The model folder for ``preset`` under ``cache_dir``, built once and then reused."""
+    folder = cache_dir / folder_name(preset)
     if (folder / "config.json").is_file():
         return folder
     cache_dir.mkdir(parents=True, exist_ok=True)

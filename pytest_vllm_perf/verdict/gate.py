@@ -10,13 +10,22 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
+from typing import Final
 
 from pytest_vllm_perf.config import profiles
 from pytest_vllm_perf.core.records import GateResult, GateStatus, Measurement, Provenance
 from pytest_vllm_perf.core.registry import COMPARED
 from pytest_vllm_perf.verdict import baseline, compare
 
-__all__ = ["SaveMode", "ab", "compared_metrics", "evaluate", "gated_metrics"]
+__all__ = [
+    "CANNOT_GATE",
+    "SaveMode",
+    "ab",
+    "compared_metrics",
+    "evaluate",
+    "gated_metrics",
+    "precheck",
+]
 
 
 class SaveMode(StrEnum):
@@ -78,19 +87,11 @@ def evaluate(
             GateStatus.BOOT_ADDED, path, note=f"the baseline now holds {len(doc['boots'])} boots"
         )
     if stored is None:
-        others = baseline.find_other_hardware(root, hw, test_id, provenance.profile)
-        if others:
-            note = f"baselines exist only for other hardware ({', '.join(others)}): not compared"
-            return GateResult(GateStatus.OTHER_HARDWARE, path, note=note)
-        return GateResult(GateStatus.MISSING, path, note=f"no baseline at {path}")
+        status, note = _missing(root, hw, test_id, provenance.profile, path)
+        return GateResult(status, path, note=note)
     changes = tuple(_changes(stored, provenance))
     if stored.data.get("workload_hash") != result.workload.hash:
-        return GateResult(
-            GateStatus.WORKLOAD_CHANGED,
-            path,
-            changes=changes,
-            note="the workload differs from the baseline's: not compared",
-        )
+        return GateResult(GateStatus.WORKLOAD_CHANGED, path, changes=changes, note=WORKLOAD_NOTE)
     current = current_passes(result)
     verdicts = compare.compare(
         stored.boots,
@@ -101,7 +102,8 @@ def evaluate(
         pair=True,
     )
     note = compare.passes_note(stored.boots, current, gated)
-    found = _reported_only(stored, provenance, gate_other_release)
+    env = provenance.environment
+    found = _reported_only(stored, env.model, env.vllm_version, gate_other_release)
     if found is not None:
         status, note = found
         verdicts = [dataclasses.replace(v, gated=False) for v in verdicts]
@@ -142,8 +144,52 @@ def ab(
     return GateResult(GateStatus.AB, Path(label), tuple(verdicts), tuple(changes), note)
 
 
+WORKLOAD_NOTE = "the workload differs from the baseline's: not compared"
+# what --vllm-require-baseline fails: a baseline that cannot gate this run
+CANNOT_GATE: Final = frozenset(
+    {
+        GateStatus.MISSING,
+        GateStatus.OTHER_HARDWARE,
+        GateStatus.WORKLOAD_CHANGED,
+        GateStatus.OTHER_MODEL,
+        GateStatus.OTHER_RELEASE,
+    }
+)
+
+
+def _missing(root: Path, hw: str, test_id: str, profile: str, path: Path) -> tuple[GateStatus, str]:
+    others = baseline.find_other_hardware(root, hw, test_id, profile)
+    if others:
+        note = f"baselines exist only for other hardware ({', '.join(others)}): not compared"
+        return GateStatus.OTHER_HARDWARE, note
+    return GateStatus.MISSING, f"no baseline at {path}"
+
+
+def precheck(
+    root: Path,
+    hardware_class: str,
+    test_id: str,
+    profile: str,
+    workload_hash: str,
+    model: str | None,
+    vllm_version: str | None,
+    gate_other_release: bool = False,
+) -> tuple[GateStatus, str] | None:
+    """Why the stored baseline cannot gate a run, known before any server boots, or
+    None: missing, other hardware, another workload, model or release (``model``
+    None: not known before the boot, e.g. a server someone else started)."""
+    path = baseline.path_for(root, hardware_class, test_id, profile)
+    stored = baseline.load(path)
+    if stored is None:
+        return _missing(root, hardware_class, test_id, profile, path)
+    if stored.data.get("workload_hash") != workload_hash:
+        return GateStatus.WORKLOAD_CHANGED, f"{path}: {WORKLOAD_NOTE}"
+    found = _reported_only(stored, model, vllm_version, gate_other_release)
+    return None if found is None else (found[0], f"{path}: {found[1]}")
+
+
 def _reported_only(
-    stored: baseline.Baseline, provenance: Provenance, gate_other_release: bool
+    stored: baseline.Baseline, model: str | None, ours: str | None, gate_other_release: bool
 ) -> tuple[GateStatus, str] | None:
     """Why a baseline is compared and shown but not gated, or None when it gates.
 
@@ -151,13 +197,12 @@ def _reported_only(
     figures; another vLLM release's own regression must not be blamed on the change
     under test, unless ``gate_other_release`` (upgrading is a change of its own).
     """
-    model, stored_model = provenance.environment.model, stored.environment.get("model")
-    if stored_model and stored_model != model:
+    stored_model = stored.environment.get("model")
+    if model is not None and stored_model and stored_model != model:
         return GateStatus.OTHER_MODEL, (
             f"the baseline was measured on model {stored_model}, this run serves {model}: "
             "compared, not gated (re-save the baseline)"
         )
-    ours = provenance.environment.vllm_version
     theirs = stored.environment.get("vllm_version")
     if theirs and ours and theirs != ours and not gate_other_release:
         return GateStatus.OTHER_RELEASE, (

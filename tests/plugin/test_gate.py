@@ -53,10 +53,36 @@ def test_missing_baseline_is_reported_not_failed(project, fake_vllm):
     result.stdout.fnmatch_lines(["*test_perf*p*pass*no baseline*", "*no baseline at *p.json*"])
 
 
-def test_require_baseline_fails_when_missing(project, fake_vllm):
+def test_require_baseline_fails_when_missing_before_any_load(project, fake_vllm):
     result = run(project, fake_vllm, "--vllm-require-baseline")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*--vllm-require-baseline: no baseline at*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*test_perf*--vllm-require-baseline (no baseline): no baseline at*"]
+    )
+    assert not fake_vllm.requests  # found at collection: nothing was sent
+
+
+def test_require_baseline_fails_at_collection_on_a_baseline_that_cannot_gate(project, fake_vllm):
+    """A baseline of another model, or of another workload, is 'compared, not gated':
+    under --vllm-require-baseline that is a failure, found before any server boots
+    (issue 23: the shipped GPU gate passed every pull request that way)."""
+    run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
+    # the saved baseline records the fake server's model; without --vllm-url the run
+    # would boot the embedded tiny preset, another model
+    result = project.runpytest_subprocess(
+        "--vllm-profile=p", "-p", "no:cacheprovider", "--vllm-require-baseline"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*test_perf*--vllm-require-baseline (other model):*measured on model fake-model*"]
+    )
+    assert "booting vLLM" not in result.stdout.str() + result.stderr.str()  # nothing booted
+    # another workload: the marker's load changed since the baseline was saved
+    [test] = project.path.glob("test_require_baseline_*.py")
+    test.write_text(test.read_text().replace('"users": 4', '"users": 3'))
+    changed = run(project, fake_vllm, "--vllm-require-baseline")
+    assert changed.ret == pytest.ExitCode.USAGE_ERROR
+    changed.stderr.fnmatch_lines(["*--vllm-require-baseline (workload changed):*"])
 
 
 def test_save_then_unchanged_rerun_passes(project, fake_vllm):

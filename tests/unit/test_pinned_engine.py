@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -26,3 +28,21 @@ def test_every_committed_gpu_baseline_was_measured_with_the_pinned_release():
     for path in files:
         versions = {b["environment"]["vllm_version"] for b in json.loads(path.read_text())["boots"]}
         assert versions == {pinned()}, (path, versions)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the committed 1x H200 baselines were measured on the word-level 8B preset "
+    "(llama-3.1-8b-shaped-3181329526); the preset is byte-level BPE now, so under "
+    "--vllm-require-baseline the GPU workflow fails at collection until issue 23 re-saves "
+    "them on an H200. Strict: once they are re-saved this passes, and the mark must go.",
+)
+def test_every_committed_example_baseline_was_measured_on_the_current_preset():
+    from pytest_vllm_perf.serving import models
+
+    files = sorted((REPO / ".vllm-perf").glob("*nvidia*/examples-*/*.json"))
+    assert files, "no committed GPU baselines of the examples"
+    current = models.folder_name(models.LLAMA_8B)
+    for path in files:
+        found = {b["environment"]["model"] for b in json.loads(path.read_text())["boots"]}
+        assert found == {current}, (path, found)
