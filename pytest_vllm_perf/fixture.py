@@ -64,6 +64,7 @@ class PerfFixture:
         collect: Callable[[Outcome], None],
         progress: Progress | None = None,
         base_server: ServerHandle | None = None,
+        base_note: str = "",
     ) -> None:
         self._node = node
         self._settings = settings
@@ -71,6 +72,7 @@ class PerfFixture:
         self._progress = progress
         self.server = server
         self.base_server = base_server  # the base side of an A/B run (--vllm-ab)
+        self._base_note = base_note  # what the verdict says of the base side's choice
         self.outcomes: list[Outcome] = []
 
     @property
@@ -142,7 +144,9 @@ class PerfFixture:
         )
         settings = self._settings
         if self.base_server is not None:
-            return measure.run_ab(plan, self.base_server, self.server, self._progress)
+            return measure.run_ab(
+                plan, self.base_server, self.server, self._progress, self._base_note
+            )
         return measure.run_test(
             plan,
             self.server,
@@ -223,7 +227,7 @@ def stored_baselines(node: pytest.Item, settings: Settings) -> list[str]:
     every verdict would be "compared, not gated" and the run would pass."""
     callspec = getattr(node, "callspec", None)
     profile = callspec.params.get("vllm_profile") if callspec else None
-    if not profile or settings.save_mode is not SaveMode.COMPARE or settings.ab_base is not None:
+    if not profile or settings.save_mode is not SaveMode.COMPARE or settings.ab:
         return []
     test_id = node.nodeid.split("[")[0]
     problems = baseline.check_stored(settings.baseline_dir, test_id, profile)

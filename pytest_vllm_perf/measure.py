@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,8 +153,12 @@ def run_ab(
     base: ServerHandle,
     candidate: ServerHandle,
     progress: Progress | None = None,
+    note: str = "",
 ) -> Outcome:
     """Measure both sides pass by pass, alternating, and judge the candidate against the base.
+
+    ``note`` says how the base side was chosen (``--vllm-ab-rev``: a profile the
+    revision lacks is judged against ``default``); the verdict's note carries it.
 
     Only one side takes load at a time; pass k of both replays schedule k, so the
     verdict pairs pass k with pass k. Each side's server stays up between its passes.
@@ -188,6 +193,8 @@ def run_ab(
         plan.tolerances,
         gate.gated_metrics(sides["candidate"], plan.gate),
     )
+    if note:
+        verdict = dataclasses.replace(verdict, note=f"{verdict.note}; {note}")
     return Outcome(
         plan.test_id, candidate.provenance, sides["candidate"], checks, verdict, sides["base"]
     )

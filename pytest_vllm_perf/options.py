@@ -8,6 +8,7 @@ one-line ``pytest.UsageError`` at start-up (exit code 4), before anything boots.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any, Final
 
 import pytest
 
+from pytest_vllm_perf.config import revision
 from pytest_vllm_perf.config.profiles import Profile
 from pytest_vllm_perf.config.profiles import load as read_profile
 from pytest_vllm_perf.core.errors import ProfileError, ThresholdError, WorkloadError
@@ -162,6 +164,16 @@ OPTIONS: Final = (
         "(a venv folder or its python), e.g. another vLLM release",
     ),
     Option(
+        "--vllm-ab-rev",
+        "vllm_ab_rev",
+        text,
+        None,
+        "A/B against a git revision: judge each selected profile against the same "
+        "profile as committed at REV (read with git, not checked out; a profile REV "
+        "lacks is judged against default); REV@VENV runs the base side from another "
+        "environment",
+    ),
+    Option(
         "--vllm-repeat",
         "vllm_repeat",
         repeat_count,
@@ -217,7 +229,7 @@ def _raw(config: pytest.Config, ini: str) -> tuple[str | None, str]:
     return (str(value) if value not in (None, "") else None), f"ini {ini}"
 
 
-def _ab_side(value: str | None) -> dict[str, str | None]:
+def _ab_side(value: str | None) -> dict[str, Any]:
     """``PROFILE`` or ``PROFILE@VENV``: the base side's profile and interpreter."""
     if value is None or "@" not in value:
         return {"ab_base": value, "ab_python": None}
@@ -230,6 +242,24 @@ def _ab_side(value: str | None) -> dict[str, str | None]:
             f"or a Python interpreter; {python} is not an executable file"
         )
     return {"ab_base": profile, "ab_python": str(python.absolute())}
+
+
+def _ab_rev(value: str | None, profiles_dir: Path) -> dict[str, Any]:
+    """``REV`` or ``REV@VENV`` (split at the last ``@`` only where what follows names a
+    Python environment, since revisions may hold one: ``HEAD@{1}``), resolved with git."""
+    if value is None:
+        return {}
+    rev, python = value, None
+    head, _, tail = value.rpartition("@")
+    if head and tail:
+        path = Path(tail).expanduser()
+        found = path / "bin" / "python" if path.is_dir() else path
+        if found.is_file() and os.access(found, os.X_OK):
+            rev, python = head, str(found.absolute())
+    try:
+        return {"ab_revision": revision.resolve(rev, profiles_dir), "ab_python": python}
+    except ProfileError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _flag(config: pytest.Config, ini: str) -> bool:
@@ -278,6 +308,22 @@ class Settings:
     gate_other_release: bool = False
     ab_base: str | None = None
     ab_python: str | None = None  # the base side's interpreter (PROFILE@VENV), else this one
+    ab_revision: revision.Revision | None = None  # --vllm-ab-rev: profiles at a revision
+
+    @property
+    def ab(self) -> bool:
+        """Whether this is an A/B run (``--vllm-ab`` or ``--vllm-ab-rev``)."""
+        return self.ab_base is not None or self.ab_revision is not None
+
+    def base_profile(self, candidate: str) -> tuple[Profile, str]:
+        """The base side's profile for a candidate profile, and a note for the verdict."""
+        if self.ab_revision is not None:
+            try:
+                return self.ab_revision.load(candidate)
+            except ProfileError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        assert self.ab_base is not None
+        return self.load_profile(self.ab_base), ""
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -317,13 +363,22 @@ class Settings:
             gate_other_release=_flag(config, "vllm_gate_other_release"),
             **_ab_side(values["vllm_ab"]),
         )
-        if settings.ab_base is not None:
+        if values["vllm_ab_rev"] is not None:
+            if settings.ab_base is not None:
+                raise pytest.UsageError("--vllm-ab and --vllm-ab-rev exclude each other")
+            found = _ab_rev(values["vllm_ab_rev"], settings.profiles_dir)
+            settings = dataclasses.replace(settings, **found)
+        if settings.ab:
             if mode is not SaveMode.COMPARE:
                 raise pytest.UsageError(
                     "--vllm-ab compares two live sides and stores nothing: "
                     "drop --vllm-save-baseline / --vllm-add-boot"
                 )
-            settings.load_profile(settings.ab_base)
+            if settings.ab_base is not None:
+                settings.load_profile(settings.ab_base)
+            else:
+                for name in settings.profiles:
+                    settings.base_profile(name)  # fail before anything boots
         if settings.profile_given:
             for name in settings.profiles:
                 settings.load_profile(name)  # fail before anything boots

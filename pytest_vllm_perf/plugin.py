@@ -151,13 +151,13 @@ def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iter
     config = request.config
     settings = config.stash[SETTINGS]
     pool = config.stash[POOL]
-    base, failure = None, ""
+    base, failure, note = None, "", ""
     mark = request.node.get_closest_marker("vllm_perf")
-    if settings.ab_base is not None and not (mark and mark.kwargs.get("profile")):
+    if settings.ab and not (mark and mark.kwargs.get("profile")):
         # A/B: the base side's server, kept up beside the candidate's (its own slot);
         # a test pinned to a profile by its marker is not part of the comparison
         try:
-            profile = settings.load_profile(settings.ab_base)
+            profile, note = settings.base_profile(vllm_server.profile)
             base = pool.get(profile, slot="base", python=settings.ab_python)
         except ServerError as exc:
             failure = str(exc)  # failed outside the handler: the error is printed once
@@ -170,6 +170,7 @@ def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iter
         config.stash[OUTCOMES].append,
         pool.progress,
         base,
+        note,
     )
 
 

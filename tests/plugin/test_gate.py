@@ -415,3 +415,57 @@ def test_promote_refuses_a_report_of_another_workload(project, fake_vllm, capsys
     (project.path / "bad.json").write_text("{}")
     assert cli.main(["promote", str(project.path / "bad.json"), "--store", str(store)]) == 2
     assert "bad.json: not a --vllm-json report" in capsys.readouterr().err
+
+
+def _git(project, *args):
+    import subprocess
+
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=project.path, check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def test_ab_rev_judges_each_profile_against_itself_at_a_revision(project, fake_vllm):
+    """--vllm-ab-rev reads the profiles as committed at REV with git (nothing checked
+    out); a profile REV lacks is judged against default, and the note says so. Both
+    sides measure the one fake server here: the mechanism; the engine tests run it."""
+    _git(project, "init", "-q")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-q", "-m", "base")
+    (project.path / "profiles" / "p.yaml").write_text("extends: default\nengine: {seed: 7}\n")
+    result = run(project, fake_vllm, "--vllm-ab-rev=HEAD", "--vllm-json=ab.json")
+    result.assert_outcomes(passed=1)
+    [found] = json.loads((project.path / "ab.json").read_text())["results"]
+    gate = found["baseline"]
+    assert gate["status"] == "a/b"
+    assert "'p' against 'p@HEAD'" in gate["note"]
+    assert "profile engine.seed (unset) -> 7" in gate["changes"]
+    # a profile the revision does not have: judged against default, and said so
+    (project.path / "profiles" / "new.yaml").write_text("extends: default\n")
+    fresh = project.runpytest_inprocess(
+        f"--vllm-url={fake_vllm.url}", "--vllm-profile=new", "--vllm-ab-rev=HEAD",
+        "--vllm-repeat=2", "-p", "no:cacheprovider", "--vllm-json=new.json",
+    )  # fmt: skip
+    fresh.assert_outcomes(passed=1)
+    [found] = json.loads((project.path / "new.json").read_text())["results"]
+    assert "'new' against 'default@HEAD'" in found["baseline"]["note"]
+    assert (
+        "profile 'new' does not exist at HEAD: judged against 'default'"
+        in found["baseline"]["note"]
+    )
+    assert not (project.path / ".vllm-perf").exists()  # an A/B run stores nothing
+
+
+def test_ab_rev_usage_errors(project, fake_vllm):
+    _git(project, "init", "-q")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-q", "-m", "base")
+    bad = run(project, fake_vllm, "--vllm-ab-rev=no-such-rev")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--vllm-ab-rev 'no-such-rev': not a commit of*"])
+    both = run(project, fake_vllm, "--vllm-ab-rev=HEAD", "--vllm-ab=default")
+    assert both.ret == pytest.ExitCode.USAGE_ERROR
+    both.stderr.fnmatch_lines(["*--vllm-ab and --vllm-ab-rev exclude each other*"])
+    saving = run(project, fake_vllm, "--vllm-ab-rev=HEAD", "--vllm-save-baseline")
+    assert saving.ret == pytest.ExitCode.USAGE_ERROR
