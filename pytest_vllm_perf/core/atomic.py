@@ -14,9 +14,16 @@ from pathlib import Path
 
 
 def write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` (newline-terminated) in one rename."""
+    """Replace ``path`` with ``text`` (newline-terminated) in one rename.
+
+    The temp file's name carries the writer's pid: a writer killed with SIGKILL
+    cannot remove its own, so the next write removes those whose writer is gone
+    (never a live writer's)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _remove_orphans(path)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent
+    )
     umask = os.umask(0)
     os.umask(umask)
     try:
@@ -30,3 +37,22 @@ def write_text(path: Path, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _remove_orphans(path: Path) -> None:
+    """Remove temp files of ``path`` left by writers that no longer run."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: alive
+    return True

@@ -3,6 +3,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -35,23 +36,45 @@ def test_load_rejects_corrupt_file_and_leaves_it(tmp_path):
 
 
 def test_killed_writer_never_leaves_a_partial_file(tmp_path):
-    """SIGKILL a process that keeps rewriting a large baseline; the file is always whole."""
+    """SIGKILL a process that keeps rewriting a large baseline: the file is always whole,
+    the writer had saved (its generation is on disk), and the temp file a killed writer
+    cannot remove is removed by the next save. Seen failing: with atomic.write_text
+    writing straight into the file, a kill mid-write left JSON that did not parse."""
     path = tmp_path / "p.json"
     baseline.save(path, {"generation": -1, "pad": "x" * 10})
     writer = textwrap.dedent(f"""
+        import sys
         from pathlib import Path
-            i = 0
+        from pytest_vllm_perf.verdict import baseline
+        i = 0
         while True:
             baseline.save(Path({str(path)!r}), {{"generation": i, "pad": "x" * 4_000_000}})
+            print(i, flush=True)
             i += 1
     """)
-    for delay in (0.3, 0.55, 0.8):
-        proc = subprocess.Popen([sys.executable, "-c", writer])
-        time.sleep(delay)
+    # a save spends most of its time encoding, so one kill in a few lands inside the
+    # write itself: twelve kills at seeded delays across a save's length
+    rng = random.Random(0)
+    for delay in [rng.uniform(0.0, 0.08) for _ in range(12)]:
+        proc = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        saved = int(proc.stdout.readline())  # blocks until one save has completed
+        time.sleep(delay)  # then kill it inside (most likely) a later save
         proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        assert proc.wait() == -signal.SIGKILL
         data = json.loads(path.read_text())  # whole, whichever generation it is
-        assert data["pad"] in ("x" * 10, "x" * 4_000_000)
+        assert data["pad"] == "x" * 4_000_000 and data["generation"] >= saved
+    baseline.save(path, {"generation": "final"})
+    assert json.loads(path.read_text()) == {"generation": "final"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]  # no temp files left
+
+
+def test_the_next_save_never_removes_a_live_writers_temp_file(tmp_path):
+    path = tmp_path / "p.json"
+    live = tmp_path / f".p.json.{os.getpid()}.abc.tmp"
+    live.write_text("in progress")
+    baseline.save(path, {"a": 1})
+    assert live.exists()
 
 
 def test_a_full_disk_while_saving_leaves_the_old_baseline_intact(tmp_path, monkeypatch):
