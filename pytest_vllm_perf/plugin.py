@@ -64,12 +64,17 @@ def _stop_servers_on_sigterm() -> None:
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
-    # make, timeout and CI runners often send TERM to a whole process group, so a
-    # second TERM can arrive while this teardown runs; raised inside it, it would cut
-    # the teardown short and leave the server running. Further TERMs are ignored.
+    """Stop every server, then interrupt the whole session as Ctrl-C does (exit 2).
+
+    SystemExit raised inside a running test was recorded as that test's failure, and
+    pytest went on to the next test, booting its server (issue 24); KeyboardInterrupt
+    is the one exception pytest ends the session on. make, timeout and CI runners
+    often send TERM to a whole process group, so a second TERM can arrive while the
+    teardown runs; raised inside it, it would cut the teardown short and leave the
+    server running. Further TERMs are ignored."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     server.stop_all()
-    raise SystemExit(128 + signum)
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _progress_writer(config: pytest.Config) -> Progress:

@@ -297,7 +297,11 @@ def _passes_json(result: Measurement) -> list[dict[str, Any]]:
     return [
         {
             "index": p.index,
-            "duration_s": p.duration_s,
+            "duration_s": p.duration_s,  # the throughput window's length
+            "window_s": [round(x, 6) for x in p.window],  # in the run's time base
+            "ramp_s": p.ramp_s,
+            "drain_s": round(p.drain_s, 6),
+            "elapsed_s": round(p.counted_s, 6),
             "overloaded": p.overloaded,
             "metrics": bench_serve_keys(m),
         }

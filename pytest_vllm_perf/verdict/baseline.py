@@ -221,8 +221,9 @@ def _boot_entry(result: Measurement, provenance: Provenance) -> dict[str, Any]:
                 "ramp_s": p.ramp_s,
                 "ramp_requests": p.ramp_requests,
                 "drain_s": round(p.drain_s, 6),
+                "elapsed_s": round(p.counted_s, 6),
                 "overloaded": p.overloaded,
-                "counters": dict(p.counters),
+                "counters": {k: _json(v) for k, v in p.counters.items()},
                 **_pass_entry(metrics),
             }
         )

@@ -112,12 +112,19 @@ def test_rejected_engine_flag_fails_fast_with_vllm_message(perf_project):
 def test_interrupt_during_load_leaves_no_vllm_process(perf_project, signals):
     require_engine()
     tag = f"{perf_project.path.name}-{len(signals)}"
+    started = perf_project.path / "second-started"
     perf_project.makepyfile(
-        test_slow="""
+        test_slow=f"""
+        import pathlib
         import pytest
 
         @pytest.mark.vllm_perf(duration_s=600)
-        def test_slow(vllm_perf):
+        def test_a_slow(vllm_perf):
+            vllm_perf.run()
+
+        @pytest.mark.vllm_perf(duration_s=600)
+        def test_b_second(vllm_perf):
+            pathlib.Path({str(started)!r}).write_text("started")
             vllm_perf.run()
     """
     )
@@ -133,11 +140,16 @@ def test_interrupt_during_load_leaves_no_vllm_process(perf_project, signals):
         for sig in signals:
             proc.send_signal(sig)
             time.sleep(0.3)
-        proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate(timeout=60)
+    # the documented status: 2, interrupted, whether Ctrl-C or SIGTERM; the whole
+    # session ends, so the second test never starts (SystemExit inside the first test
+    # once failed it and went on to boot the second one's server)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
+    assert not started.exists()
     deadline = time.monotonic() + 30  # KILL reaches stragglers 5 s after TERM
     while tagged_processes(tag) and time.monotonic() < deadline:
         time.sleep(1)
