@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -152,7 +151,7 @@ def main() -> int:
         pool.stop()
         emit()
     print("\n".join(lines), flush=True)
-    return 0 if not math.isnan(data.get("seconds", 0)) else 1
+    return 0
 
 
 if __name__ == "__main__":
