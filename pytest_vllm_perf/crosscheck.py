@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -123,11 +124,8 @@ def bench_serve(
 
 
 def _median(values: Sequence[float]) -> float:
-    finite = sorted(v for v in values if not math.isnan(v))
-    if not finite:
-        return math.nan
-    mid = len(finite) // 2
-    return finite[mid] if len(finite) % 2 else (finite[mid - 1] + finite[mid]) / 2
+    known = [v for v in values if not math.isnan(v)]
+    return statistics.median(known) if known else math.nan
 
 
 def table(columns: Mapping[str, Sequence[Mapping[str, float]]], reference: str) -> list[str]:

@@ -249,7 +249,7 @@ def _one(
     """One metric's comparison; ``pairs`` is the fewest pairs to pair passes by (0: never).
 
     Its p-value tests for a change beyond ``tolerance`` (and the drift allowance)."""
-    single = min(sum(len(b.metrics) for b in base), len(cur.metrics)) < 2
+    single = _single(base, cur)
     failure = _failure(key, base, cur, alpha)
     base = [b for b in (b.measured(key) for b in base) if b.metrics] or list(base)
     measured = cur.measured(key)
@@ -373,20 +373,18 @@ def compare(
     ``failed`` verdict, gated, comes first when the current side failed more
     requests per pass than the baseline did.
     """
-    single = min(sum(len(b.metrics) for b in base), len(current.metrics)) < 2
+    single = _single(base, current)
     pairs = min_pairs(len(gated)) if pair else 0
     alpha = ALPHA / max(1, len(gated))
-    results = {
-        key: _one(key, base, current, pairs, seed, _tolerance(key, tolerances), alpha)
-        for key in keys
-    }
+    tols = {key: _tolerance(key, tolerances) for key in keys}
+    results = {key: _one(key, base, current, pairs, seed, tols[key], alpha) for key in keys}
     gated_keys = [k for k in keys if k in gated and not single]
     adjusted = dict(
         zip(gated_keys, intervals.holm([results[k].p for k in gated_keys]), strict=True)
     )
     out = _failed_requests(base, current)
     for key, r in results.items():
-        tol = _tolerance(key, tolerances)
+        tol = tols[key]
         p_holm = adjusted.get(key, r.p)
         higher = METRICS[split_key(key)[1]].higher_is_better
         verdict = (
@@ -399,6 +397,11 @@ def compare(
             )
         )  # fmt: skip
     return out
+
+
+def _single(base: Sequence[Passes], current: Passes) -> bool:
+    """A single pass on either side: compared by time blocks, reported, never gated."""
+    return min(sum(len(b.metrics) for b in base), len(current.metrics)) < 2
 
 
 def _tolerance(key: str, tolerances: Mapping[str, float]) -> float:
@@ -432,7 +435,7 @@ def _failed_requests(base: Sequence[Passes], current: Passes) -> list[MetricVerd
 
 def measured_counts(side: Sequence[Passes], key: str) -> int:
     """How many of a side's passes measured ``key`` (after the exclusions)."""
-    return sum(int(np.sum(~np.isnan(b.values(key)))) for b in side)
+    return sum(len(b.measured(key).metrics) for b in side)
 
 
 def passes_note(

@@ -123,6 +123,27 @@ def window_counts(records: Iterable[RequestRecord], begin: float, end: float) ->
     return tokens, completed
 
 
+def _window_totals(passes: Sequence[PassRecord]) -> tuple[dict[str, tuple[float, int]], float]:
+    """Tokens streamed and requests completed inside the passes' windows, by class,
+    and the windows' total length: each request's timeline is walked once."""
+    totals: dict[str, tuple[float, int]] = {}
+    for p in passes:
+        by_class: dict[str, list[RequestRecord]] = {}
+        for r in (*p.ramp_records, *p.records):
+            by_class.setdefault(r.cls, []).append(r)
+        for cls, group in by_class.items():
+            t, c = window_counts(group, *p.window)
+            before = totals.get(cls, (0.0, 0))
+            totals[cls] = (before[0] + t, before[1] + c)
+    return totals, sum(p.duration_s for p in passes)
+
+
+def _rates(tokens: float, completed: int, seconds: float) -> dict[str, float]:
+    if seconds <= 0:
+        return {"output_throughput": math.nan, "request_throughput": math.nan}
+    return {"output_throughput": tokens / seconds, "request_throughput": completed / seconds}
+
+
 def window_rates(passes: Sequence[PassRecord], cls: str | None = None) -> dict[str, float]:
     """Output and request throughput over the passes' windows (``PassRecord``), of one
     class or of all: the tokens streamed inside each window over their total length.
@@ -131,14 +152,9 @@ def window_rates(passes: Sequence[PassRecord], cls: str | None = None) -> dict[s
     H200 decode load read 13% below 25 s ones, and the bias grows with E2EL, so it
     does not cancel in an A/B ratio (issue 22).
     """
-    tokens, completed, seconds = 0.0, 0, 0.0
-    for p in passes:
-        chosen = (r for r in (*p.ramp_records, *p.records) if cls is None or r.cls == cls)
-        t, c = window_counts(chosen, *p.window)
-        tokens, completed, seconds = tokens + t, completed + c, seconds + p.duration_s
-    if seconds <= 0:
-        return {"output_throughput": math.nan, "request_throughput": math.nan}
-    return {"output_throughput": tokens / seconds, "request_throughput": completed / seconds}
+    totals, seconds = _window_totals(passes)
+    chosen = [v for k, v in totals.items() if cls is None or k == cls]
+    return _rates(sum(t for t, _ in chosen), sum(c for _, c in chosen), seconds)
 
 
 def value(name: str, records: Sequence[RequestRecord], duration_s: float) -> float:
@@ -162,11 +178,12 @@ def value(name: str, records: Sequence[RequestRecord], duration_s: float) -> flo
 def _by_class(workload: Workload, passes: Sequence[PassRecord]) -> dict[str, float]:
     """All requests unprefixed, each class as ``cls.metric``."""
     records = [r for p in passes for r in p.records]
-    duration = sum(p.duration_s for p in passes)
-    out = {**summarize(records, duration), **window_rates(passes)}
+    totals, duration = _window_totals(passes)
+    tokens, completed = sum(t for t, _ in totals.values()), sum(c for _, c in totals.values())
+    out = {**summarize(records, duration), **_rates(tokens, completed, duration)}
     for cls in workload.classes:
         group = [r for r in records if r.cls == cls.name]
-        found = {**summarize(group, duration), **window_rates(passes, cls.name)}
+        found = {**summarize(group, duration), **_rates(*totals.get(cls.name, (0.0, 0)), duration)}
         out.update({f"{cls.name}.{k}": v for k, v in found.items()})
     return out
 
@@ -208,9 +225,9 @@ def pass_metrics(workload: Workload, p: PassRecord) -> dict[str, float]:
     streamed = {r.cls for r in p.records if r.itl}
     normal = streamed - set(bursty)
     if bursty and normal:  # all-request per-chunk metrics over the normal classes only
-        kept = [r for r in p.records if r.cls in normal]
-        again = summarize(kept, p.duration_s)
-        out.update({k: v for k, v in again.items() if k.startswith(PER_CHUNK)})
+        arrays = samples(r for r in p.records if r.cls in normal)
+        for field in PER_CHUNK:
+            out.update(_latency_stats(field, arrays[field]))
     for cls in workload.classes:
         out[f"{cls.name}.{BURSTY}"] = float(cls.name in bursty)
     out[BURSTY] = float(bool(bursty) and not normal)
