@@ -16,6 +16,9 @@ H200_LIKE = {
     "output_throughput": noise.Scales(boot=0.06, schedule=0.005, residual=0.02, level=5000.0),
 }
 TOLERANCES = {"itl_p50_ms": 0.05, "tpot_mean_ms": 0.10, "output_throughput": 0.15}
+# pass-to-pass noise as large as the tolerances, as on the CPU engine: here the rule,
+# not the quiet of the machine, is what keeps an A/A from failing
+NOISY = {key: noise.Scales(boot=0.03, schedule=0.02, residual=0.06) for key in TOLERANCES}
 
 
 def test_fit_recovers_the_scales_it_is_given():
@@ -43,11 +46,14 @@ def test_fit_uses_the_passes_every_boot_measured():
 @pytest.mark.parametrize("mode", ["stored", "ab"])
 def test_the_verdict_keeps_its_false_alarm_rate_under_the_model(mode):
     """No change: any gated metric regressed in at most 5% of comparisons (Holm's
-    family-wise level), and most gated metrics come out unchanged."""
+    family-wise level), and most gated metrics come out unchanged. Seen failing: with
+    the significance test dropped from classify, the noisy case raised 26 and 9 of 150."""
     trials = 150
     oc = noise.operating_characteristic(H200_LIKE, TOLERANCES, (1.0,), mode, trials=trials)
     assert oc["any regressed"][1.0]["True"] / trials <= 0.05
     assert oc["itl_p50_ms"][1.0]["unchanged"] / trials >= 0.8
+    noisy = noise.operating_characteristic(NOISY, TOLERANCES, (1.0,), mode, trials=trials)
+    assert noisy["any regressed"][1.0]["True"] / trials <= 0.05
 
 
 def test_a_change_well_beyond_the_tolerance_is_caught_in_ab_mode():
