@@ -301,11 +301,12 @@ def _bisect(args: argparse.Namespace) -> int:
     venvs = args.venvs or args.cache_dir / "venvs"
     print(f"bisect: {len(releases)} releases of {args.package}: {', '.join(releases)}", flush=True)
     pythons = {r: ensure_environment(args.package, r, venvs) for r in (releases[0], releases[-1])}
-    pool = ServerPool(PoolConfig(args.cache_dir, preset=args.model_preset), print)
+    config = PoolConfig(args.cache_dir, preset=args.model_preset, split_memory=True)
+    pool = ServerPool(config, print)
     platform = pool.config.resolved_platform()
     plan = measure.Plan.resolve(
         f"bisect {args.workload}", workload, args.repeat, platform,
-        tolerance_layers=[tolerances], gate_extra=args.gate,
+        tolerance_layers=[tolerances], gate_extra=args.gate, ab=True,
     )  # fmt: skip
 
     def judge(release: str) -> Step:

@@ -141,6 +141,7 @@ class PerfFixture:
                 tolerances,
             ),
             gate_extra=(*marker.get("gate", ()), *gate),
+            ab=self.base_server is not None,
         )
         settings = self._settings
         if self.base_server is not None:

@@ -29,7 +29,7 @@ from pytest_vllm_perf.core.registry import default_tolerances, validate_toleranc
 from pytest_vllm_perf.core.workload import Workload
 from pytest_vllm_perf.load import runner, scrape
 from pytest_vllm_perf.load.runner import GAUGES_EVERY_S
-from pytest_vllm_perf.serving.pool import ServerHandle
+from pytest_vllm_perf.serving.pool import SPLIT_NOTE, ServerHandle
 from pytest_vllm_perf.verdict import gate, stats, thresholds
 from pytest_vllm_perf.verdict.gate import SaveMode
 
@@ -79,10 +79,12 @@ class Plan:
         thresholds_layers: Sequence[Mapping[str, float] | None] = (),
         tolerance_layers: Sequence[Mapping[str, float] | None] = (),
         gate_extra: Sequence[str] = (),
+        ab: bool = False,
     ) -> Plan:
-        """Layer thresholds and tolerances, and validate every key (ThresholdError)."""
+        """Layer thresholds and tolerances, and validate every key (ThresholdError);
+        ``ab``: an A/B run, whose defaults are tighter (registry.AB_TOLERANCES)."""
         limits = layered(DEFAULT_THRESHOLDS, *thresholds_layers)
-        tol = layered(default_tolerances(platform), *tolerance_layers)
+        tol = layered(default_tolerances(platform, ab), *tolerance_layers)
         thresholds.validate(limits)
         validate_tolerances(tol)
         validate_tolerances(dict.fromkeys(gate_extra, 0.0))
@@ -191,10 +193,12 @@ def run_ab(
         base.provenance,
         candidate.provenance,
         plan.tolerances,
-        gate.gated_metrics(sides["candidate"], plan.gate),
+        gate.gated_metrics(sides["candidate"], plan.gate, ab=True),
     )
-    if note:
-        verdict = dataclasses.replace(verdict, note=f"{verdict.note}; {note}")
+    split = [n for n in candidate.provenance.engine_notes if n.startswith(SPLIT_NOTE)]
+    for extra in (note, *split):
+        if extra:
+            verdict = dataclasses.replace(verdict, note=f"{verdict.note}; {extra}")
     return Outcome(
         plan.test_id, candidate.provenance, sides["candidate"], checks, verdict, sides["base"]
     )

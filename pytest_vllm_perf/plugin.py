@@ -50,6 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
             platform=settings.platform,
             boot_timeout_s=settings.boot_timeout_s,
             external_url=settings.url,
+            split_memory=settings.ab,
         ),
         _progress_writer(config),
     )

@@ -54,6 +54,7 @@ def marker_table() -> str:
 
 def metrics_table() -> str:
     cpu, cuda = default_tolerances("cpu"), default_tolerances("cuda")
+    cuda_ab = default_tolerances("cuda", ab=True)
 
     def pct(value: float | None) -> str:
         return "-" if value is None else f"{value:.0%}"
@@ -67,13 +68,14 @@ def metrics_table() -> str:
             "-" if m.tolerance is None else "higher" if m.higher_is_better else "lower",
             pct(cpu.get(m.key)),
             pct(cuda.get(m.key)),
+            pct(cuda_ab.get(m.key)),
             f"`{m.bench_serve_key}`" if m.bench_serve_key else "-",
         )
         for m in METRICS.values()
     ]
     header = (
         "metric", "label", "unit", "scope", "better", "tolerance (cpu)", "tolerance (cuda)",
-        "`vllm bench serve` key",
+        "A/B (cuda)", "`vllm bench serve` key",
     )  # fmt: skip
     return _table(header, rows)
 
@@ -90,6 +92,7 @@ def workloads_table() -> str:
             f"`{w.name}`",
             "; ".join(_class(c) for c in w.classes),
             ", ".join(f"`{g}`" for g in w.gate) or "all compared",
+            ", ".join(f"`{g}`" for g in w.ab_gate) or "-",
             w.description,
         )
         for w in NAMED.values()
@@ -98,10 +101,11 @@ def workloads_table() -> str:
     fields_row = ", ".join(
         f"`{f.name}`={getattr(defaults, f.name)!r}"
         for f in fields(Workload)
-        if f.name not in ("name", "classes", "gate", "description")
+        if f.name not in ("name", "classes", "gate", "ab_gate", "description")
     )
     class_row = ", ".join(f"`{f.name}`" for f in fields(RequestClass) if f.name != "name")
-    table = _table(("workload", "classes", "gated metrics", "what it is for"), rows)
+    header = ("workload", "classes", "gated metrics", "A/B also gates", "what it is for")
+    table = _table(header, rows)
     return (
         f"{table}\n\nWorkload fields and defaults: {fields_row}. Class fields: {class_row} "
         "(exactly one of `users` and `rate`)."

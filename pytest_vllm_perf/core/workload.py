@@ -78,6 +78,9 @@ class Workload:
     ramp_s: float = 1.0
     shape: Shape = "steady"
     gate: tuple[str, ...] = field(default=(), compare=False)
+    # gated on top of ``gate`` in an A/B run only: what one machine holds steady
+    # between two resident servers, but stored baselines from other machines do not
+    ab_gate: tuple[str, ...] = field(default=(), compare=False)
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -93,18 +96,20 @@ class Workload:
                 f"got {self.shape!r}"
             )
         object.__setattr__(self, "gate", tuple(self.gate))
+        object.__setattr__(self, "ab_gate", tuple(self.ab_gate))
         names = {c.name for c in self.classes}
-        for key in self.gate:
-            try:
-                found = metric(key)
-            except ThresholdError as exc:
-                raise WorkloadError(f"workload {self.name!r}: gate: {exc}") from None
-            cls = key.rpartition(".")[0]
-            if found.tolerance is None or (cls and cls not in names):
-                raise WorkloadError(
-                    f"workload {self.name!r}: gate: {key!r} is not a compared metric of "
-                    f"its classes ({', '.join(sorted(names))})"
-                )
+        for field_name in ("gate", "ab_gate"):
+            for key in getattr(self, field_name):
+                try:
+                    found = metric(key)
+                except ThresholdError as exc:
+                    raise WorkloadError(f"workload {self.name!r}: {field_name}: {exc}") from None
+                cls = key.rpartition(".")[0]
+                if found.tolerance is None or (cls and cls not in names):
+                    raise WorkloadError(
+                        f"workload {self.name!r}: {field_name}: {key!r} is not a compared "
+                        f"metric of its classes ({', '.join(sorted(names))})"
+                    )
 
     @property
     def effective_ramp_s(self) -> float:
@@ -123,6 +128,7 @@ class Workload:
         body = self.to_dict()
         body.pop("description")
         body.pop("gate")
+        body.pop("ab_gate")
         for name, default in LATER_WORKLOAD_FIELDS.items():
             if body.get(name) == default:
                 del body[name]
@@ -173,8 +179,9 @@ def from_dict(data: Mapping[str, Any], source: str = "workload") -> Workload:
     try:
         classes = tuple(RequestClass(**c) for c in data.get("classes", ()))
         rest = {k: v for k, v in data.items() if k != "classes"}
-        if "gate" in rest:
-            rest["gate"] = tuple(rest["gate"])
+        for key in ("gate", "ab_gate"):
+            if key in rest:
+                rest[key] = tuple(rest[key])
         return Workload(classes=classes, **rest)
     except TypeError as exc:
         raise WorkloadError(f"{source}: {exc}") from exc

@@ -36,10 +36,14 @@ class SaveMode(StrEnum):
     ADD_BOOT = "add-boot"  # add this run to the baseline as one more boot
 
 
-def gated_metrics(result: Measurement, extra: Sequence[str] = ()) -> tuple[str, ...]:
-    """The metrics that fail a test: the workload's own, else every compared one, plus opt-ins."""
+def gated_metrics(
+    result: Measurement, extra: Sequence[str] = (), ab: bool = False
+) -> tuple[str, ...]:
+    """The metrics that fail a test: the workload's own, else every compared one, plus
+    opt-ins; ``ab``: an A/B run, which also gates the workload's ``ab_gate``."""
     own = result.workload.gate or COMPARED
-    return tuple(dict.fromkeys((*own, *extra)))
+    more = result.workload.ab_gate if ab else ()
+    return tuple(dict.fromkeys((*own, *more, *extra)))
 
 
 def compared_metrics(gated: Sequence[str]) -> tuple[str, ...]:

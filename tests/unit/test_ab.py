@@ -139,3 +139,76 @@ def test_a_side_in_another_environment_runs_the_lone_launcher_with_that_python(t
     vllm_version, torch_version, python_version = hardware.interpreter_versions(python)
     assert (vllm_version, torch_version) == (None, None)
     assert python_version == ".".join(map(str, sys.version_info[:3]))
+
+
+def test_two_resident_sides_split_the_gpu_and_say_so(tmp_path):
+    """Issue 23: both A/B sides must fit one GPU. vLLM's default 0.9 becomes 0.44 a side
+    (the H200 A/A's setting); a profile that already leaves room is left alone; the CPU
+    engine has no GPU memory to split; a plain run never splits. Broken on purpose
+    (split_memory ignored in ServerPool.spec), the first assertion fails."""
+    from pytest_vllm_perf.config import profiles
+    from pytest_vllm_perf.config.profiles import Profile
+    from pytest_vllm_perf.serving.pool import SPLIT_NOTE, PoolConfig, ServerPool, split_fraction
+
+    default = profiles.load("default", profiles.search_path(None))
+    model = str(tmp_path / "model")
+
+    def spec(profile: Profile, platform: str, split: bool) -> tuple[list[str], tuple[str, ...]]:
+        config = PoolConfig(tmp_path / "c", model=model, platform=platform, split_memory=split)
+        found, settings, _ = ServerPool(config).spec(profile)
+        return found.argv(8000), settings.notes
+
+    argv, notes = spec(default, "cuda", True)
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.44"
+    assert [n for n in notes if n.startswith(SPLIT_NOTE)] == [
+        f"{SPLIT_NOTE}: gpu_memory_utilization 0.9 -> 0.44, both sides resident on one GPU"
+    ]
+    tuned = profiles.load("tuned", profiles.search_path(None))  # asks for 0.94
+    argv, _ = spec(tuned, "cuda", True)
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.46"
+    half = Profile("half", tmp_path / "half.yaml", engine={"gpu_memory_utilization": 0.44})
+    argv, notes = spec(half, "cuda", True)
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.44"
+    assert not any(n.startswith(SPLIT_NOTE) for n in notes)
+    for platform, split in (("cuda", False), ("cpu", True)):
+        argv, notes = spec(default, platform, split)
+        assert "--gpu-memory-utilization" not in argv
+        assert not any(n.startswith(SPLIT_NOTE) for n in notes)
+    assert [split_fraction(x) for x in (0.9, 0.92, 0.95, 0.5)] == [0.44, 0.45, 0.46, None]
+
+
+def test_ab_runs_gate_what_one_machine_holds_steady():
+    """Issue 23: an A/B run gates the workload's ``ab_gate`` on top of its ``gate``, at
+    the A/B tolerances fitted to the H200 A/A (5%); a stored-baseline run gates decode's
+    TPOT and throughput too, at tolerances above their machine spread (x1.088 and x1.187
+    across H200 machines), so that a collapse fails. Broken on purpose (ab ignored in
+    gated_metrics), the first assertion fails."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from pytest_vllm_perf import measure
+    from pytest_vllm_perf.config.workloads import named
+    from pytest_vllm_perf.core.registry import default_tolerances
+    from pytest_vllm_perf.verdict.gate import gated_metrics
+
+    def result(name: str) -> Any:
+        return cast(Any, SimpleNamespace(workload=named(name)))
+
+    assert "chat.itl_p50_ms" in gated_metrics(result("interference"), ab=True)
+    assert "chat.itl_p50_ms" not in gated_metrics(result("interference"))
+    assert set(gated_metrics(result("decode"))) == {
+        "itl_p50_ms",
+        "tpot_mean_ms",
+        "output_throughput",
+    }
+    stored, ab = default_tolerances("cuda"), default_tolerances("cuda", ab=True)
+    assert stored["output_throughput"] > 0.187 and stored["tpot_mean_ms"] > 0.088
+    for key in ("tpot_mean_ms", "output_throughput", "itl_p50_ms", "ttft_p50_ms"):
+        assert ab[key] == 0.05, key
+    assert default_tolerances("cpu", ab=True) == default_tolerances("cpu")
+    plan = measure.Plan.resolve("t", named("decode"), 8, "cuda", ab=True)
+    assert plan.tolerances["output_throughput"] == 0.05
+    plan = measure.Plan.resolve(
+        "t", named("decode"), 8, "cuda", tolerance_layers=[{"tpot_mean_ms": 0.2}], ab=True
+    )
+    assert plan.tolerances["tpot_mean_ms"] == 0.2  # a user's tolerance still wins
