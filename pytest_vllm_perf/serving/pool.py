@@ -128,7 +128,8 @@ class ServerPool:
         if embedded:
             args.setdefault("load_format", "dummy")
         if self.config.split_memory and platform == "cuda":
-            asked = float(args.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY))
+            value = args.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY)
+            asked = float(value) if isinstance(value, int | float | str) else 0.0
             half = split_fraction(asked)
             if half is not None:
                 args["gpu_memory_utilization"] = half
