@@ -114,15 +114,18 @@ PLATFORM_TOLERANCES: Final[Mapping[str, Mapping[str, float]]] = {
 # so machine drift cancels. Fitted to the H200 A/A (session 5, 8 pairs, two resident
 # 8B servers on one GPU): the 95% intervals of TPOT, output throughput, ITL p50 and
 # long-prompt TTFT p50 all lay inside x0.977..x1.021, so 5% is more than twice the
-# widest A/A bound. The CPU engine on 2 shared cores gets no A/B tightening: its A/A
-# interference intervals were as wide as x0.855..x1.551 (bench/results/cpu/
-# aa-interference-default.txt), so it keeps the platform's tolerances.
+# widest A/A bound. TTFT p50 is tightened for the ``long`` class only (interference's
+# and mixed's long prompts: the GPU's prefill); where TTFT is the API server's
+# tokenizing (tokenizer_pressure, api_server) no A/A has measured it. The CPU engine
+# on 2 shared cores gets no A/B tightening: its A/A interference intervals were as
+# wide as x0.855..x1.551 (bench/results/cpu/aa-interference-default.txt), so it keeps
+# the platform's tolerances.
 AB_TOLERANCES: Final[Mapping[str, Mapping[str, float]]] = {
     "cuda": {
         "itl_p50_ms": 0.05,
         "tpot_mean_ms": 0.05,
         "output_throughput": 0.05,
-        "ttft_p50_ms": 0.05,
+        "long.ttft_p50_ms": 0.05,
     },
 }
 

@@ -187,6 +187,8 @@ def gate_notes(outcomes: Sequence[Outcome]) -> list[str]:
             lines.append(f"baseline {g.status}: {where} -> {g.path}")
         if g.note:
             lines.append(f"{where}: {g.note}")
+        if g.changes:  # what a reviewer looks for first when a verdict moved
+            lines.append(f"{where}: differs from what it is judged against: {'; '.join(g.changes)}")
         for v in g.verdicts:
             if v.verdict is not Verdict.UNCHANGED:
                 lines.append(f"  {where} {describe_verdict(v)}")

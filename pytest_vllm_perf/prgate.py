@@ -1,0 +1,204 @@
+"""The pull-request gate: the one script a GPU workflow runs, and CI runs on the CPU engine.
+
+``python -m pytest_vllm_perf.prgate --base REV [SUITE]`` runs two steps, each a
+pytest session of the suite, and writes a summary:
+
+1. **A/B against the base revision** (``--vllm-ab-rev=REV``): every profile whose
+   settings differ between the working tree and ``REV`` (added profiles included) is
+   judged against the same profile as committed at ``REV``, both servers on this
+   machine, passes alternated. This is what catches a pull request's regression: one
+   machine, one hour, drift cancelled (the H200 A/A held TPOT, throughput and ITL p50
+   within x0.977..x1.021). No changed profile: the step is skipped and the summary
+   says so. ``--profiles a,b`` names the profiles instead (``default`` for an A/A).
+2. **Stored baselines** (``--vllm-require-baseline``, profiles ``--stored``,
+   ``default`` unless told): the committed baselines' thresholds and verdicts, which
+   also fail a baseline that cannot gate (other model, release, hardware, workload).
+   ``--stored-mode=add-boot`` adds this run to the baselines as one more boot (the
+   workflow's dispatch), ``save`` replaces them; ``--no-ab`` skips step 1.
+
+The summary (``OUT/summary.md``, appended to ``$GITHUB_STEP_SUMMARY`` when set) has
+each step's verdict table, exit status and wall minutes, and the GPU minutes: wall
+time times the GPUs the job may use (``CUDA_VISIBLE_DEVICES``). ``OUT/gate.json``
+holds the same figures. The exit status is the first failing step's pytest status
+(1: a test failed, 4: a baseline cannot gate), else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Final
+
+from pytest_vllm_perf.config import profiles, revision
+from pytest_vllm_perf.core import atomic
+from pytest_vllm_perf.core.errors import ProfileError
+
+__all__ = ["STORED_MODES", "Step", "changed_profiles", "figures", "gpu_count", "main", "summary"]
+
+STORED_MODES: Final = {
+    "require": "--vllm-require-baseline",
+    "add-boot": "--vllm-add-boot",
+    "save": "--vllm-save-baseline",
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pytest session of the gate, as it ran."""
+
+    name: str
+    argv: tuple[str, ...]
+    status: int | None  # pytest's exit status; None when skipped
+    wall_s: float
+    report_md: str  # the session's --vllm-markdown report ("" if none)
+    note: str = ""
+
+
+def changed_profiles(base: str, profiles_dir: Path) -> list[str]:
+    """Profiles of the working tree whose resolved settings differ at ``base`` (or that
+    ``base`` does not have), in name order. ProfileError when git cannot read ``base``."""
+    at_base = revision.resolve(base, profiles_dir)
+    here = profiles.search_path(profiles_dir)
+    changed = []
+    for name in profiles.available(here):
+        mine = profiles.load(name, here)
+        try:
+            theirs = profiles.load(name, at_base.folders)
+        except ProfileError:
+            changed.append(name)  # new in the working tree
+            continue
+        if mine.hash != theirs.hash:
+            changed.append(name)
+    return changed
+
+
+def gpu_count(environ: dict[str, str] | os._Environ[str] = os.environ) -> int:
+    """GPUs this job may use: ``CUDA_VISIBLE_DEVICES``'s entries (0 when unset: no GPU
+    is claimed, as on the CPU engine; a GPU runner must set it)."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    return len([d for d in visible.split(",") if d.strip()]) if visible else 0
+
+
+def _run(name: str, argv: list[str], out: Path) -> Step:
+    report = out / f"{name}.md"
+    started = time.monotonic()
+    print(f"[prgate] {name}: {' '.join(argv)}", flush=True)
+    # the session's own job-summary table would repeat the one this gate writes
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    status = subprocess.run(argv, check=False, env=env).returncode  # noqa: S603 - no shell
+    wall = time.monotonic() - started
+    print(f"[prgate] {name}: exit {status} after {wall / 60:.1f} min", flush=True)
+    text = report.read_text(encoding="utf-8") if report.is_file() else ""
+    return Step(name, tuple(argv), status, wall, text)
+
+
+def summary(steps: Sequence[Step], gpus: int, base: str) -> str:
+    """The job summary: verdict tables, exit statuses, wall and GPU minutes."""
+    wall = sum(s.wall_s for s in steps)
+    gpu = f"{wall * gpus / 60:.1f} GPU minutes ({gpus} GPU)" if gpus else "no GPU (CPU engine)"
+    lines = [
+        f"# vLLM perf gate against `{base}`",
+        "",
+        f"Total: {wall / 60:.1f} min wall, {gpu}.",
+        "",
+        "| step | exit | wall min | note |",
+        "|---|---|---|---|",
+    ]
+    for s in steps:
+        status = "skipped" if s.status is None else str(s.status)
+        lines.append(f"| {s.name} | {status} | {s.wall_s / 60:.1f} | {s.note or '-'} |")
+    for s in steps:
+        if s.status is None:
+            continue
+        lines += ["", f"## {s.name}", "", f"`{' '.join(s.argv[3:])}`", ""]
+        lines.append(s.report_md.strip() or "(no report: the session ended before any result)")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_vllm_perf.prgate",
+        description="A/B the profiles a change touches against its base, then the stored "
+        "baselines.",
+    )
+    parser.add_argument("suite", nargs="?", default="examples", help="the perf tests to run")
+    parser.add_argument("--base", required=True, help="git revision to judge against")
+    parser.add_argument(
+        "--profiles", default="", help="profiles to A/B (default: those changed since --base)"
+    )
+    parser.add_argument(
+        "--stored", default="default", help="profiles to gate on stored baselines ('' for none)"
+    )
+    parser.add_argument(
+        "--stored-mode",
+        choices=sorted(STORED_MODES),
+        default="require",
+        help="require: gate on the stored baselines; add-boot, save: write them",
+    )
+    parser.add_argument("--no-ab", action="store_true", help="skip the A/B step")
+    parser.add_argument("--profiles-dir", default=Path("profiles"), type=Path)
+    parser.add_argument("--out", default=Path("out"), type=Path, help="reports and summary")
+    parser.epilog = "Everything after -- is passed to both pytest sessions."
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    args.pytest_args = argv[split + 1 :]
+    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        changed = (
+            []
+            if args.no_ab
+            else [p for p in args.profiles.split(",") if p]
+            or changed_profiles(args.base, args.profiles_dir)
+        )
+    except ProfileError as exc:
+        print(f"prgate: {exc}", file=sys.stderr)
+        return 2
+    pytest = [sys.executable, "-m", "pytest", args.suite, "-rA", *args.pytest_args]
+
+    def reports(name: str) -> list[str]:
+        out = args.out
+        return [f"--vllm-json={out / name}.json", f"--vllm-markdown={out / name}.md"]
+
+    steps = []
+    if changed:
+        ab = [*pytest, f"--vllm-profile={','.join(changed)}", f"--vllm-ab-rev={args.base}"]
+        steps.append(_run("ab", [*ab, *reports("ab")], args.out))
+    else:
+        why = "--no-ab" if args.no_ab else f"no profile changed since {args.base}"
+        steps.append(Step("ab", (), None, 0.0, "", why))
+    if args.stored:
+        mode = STORED_MODES[args.stored_mode]
+        stored = [*pytest, f"--vllm-profile={args.stored}", mode]
+        steps.append(_run("stored", [*stored, *reports("stored")], args.out))
+    gpus = gpu_count()
+    text = summary(steps, gpus, args.base)
+    atomic.write_text(args.out / "summary.md", text)
+    record = {"base": args.base, **figures(steps, gpus)}
+    atomic.write_text(args.out / "gate.json", json.dumps(record, indent=2) + "\n")
+    if path := os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    return next((s.status for s in steps if s.status), 0)
+
+
+def figures(steps: Sequence[Step], gpus: int) -> dict[str, object]:
+    """The summary's figures as plain data (``OUT/gate.json``)."""
+    wall = sum(s.wall_s for s in steps)
+    return {
+        "gpus": gpus,
+        "wall_min": round(wall / 60, 2),
+        "gpu_min": round(wall * gpus / 60, 2),
+        "steps": [{**asdict(s), "report_md": None} for s in steps],
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
