@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
-
-from tests.real_engine import require_engine
 
 pytestmark = pytest.mark.engine
 PERF_TEST = """
