@@ -108,6 +108,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("vllm_profile", names, indirect=True, ids=names)
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m deselect: check only the tests that will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Check every perf test's marker and stored baselines, then group perf tests by
     profile (stable), so each server boots once per session."""

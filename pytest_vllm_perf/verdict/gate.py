@@ -174,7 +174,7 @@ def precheck(
     hardware_class: str,
     test_id: str,
     profile: str,
-    workload_hash: str,
+    workload_hash: str | None,
     model: str | None,
     vllm_version: str | None,
     gate_other_release: bool = False,
@@ -186,7 +186,7 @@ def precheck(
     stored = baseline.load(path)
     if stored is None:
         return _missing(root, hardware_class, test_id, profile, path)
-    if stored.data.get("workload_hash") != workload_hash:
+    if workload_hash is not None and stored.data.get("workload_hash") != workload_hash:
         return GateStatus.WORKLOAD_CHANGED, f"{path}: {WORKLOAD_NOTE}"
     found = _reported_only(stored, model, vllm_version, gate_other_release)
     return None if found is None else (found[0], f"{path}: {found[1]}")
