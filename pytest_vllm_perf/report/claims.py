@@ -179,7 +179,8 @@ def evaluate(claim: Claim, root: Path) -> ClaimRow:
         return ClaimRow(claim, "not measured")
     entry = _report_entry(claim, root)
     platform = str(entry["environment"]["platform"])
-    tolerances = {**default_tolerances(platform), **(claim.tolerances or {})}
+    # an A/B report (base_passes): the A/B tolerances
+    tolerances = {**default_tolerances(platform, ab=True), **(claim.tolerances or {})}
     keys = tuple(dict.fromkeys((*claim.claimed, *claim.watched)))
     verdicts = tuple(
         compare.compare(

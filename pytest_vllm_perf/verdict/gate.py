@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from pytest_vllm_perf.config import profiles
+from pytest_vllm_perf.core import redact
 from pytest_vllm_perf.core.records import GateResult, GateStatus, Measurement, Provenance
 from pytest_vllm_perf.core.registry import COMPARED
 from pytest_vllm_perf.verdict import baseline, compare
@@ -224,9 +225,10 @@ def _changes(stored: baseline.Baseline, provenance: Provenance) -> list[str]:
 def _diff(
     old_profile: Mapping[str, object], old_env: Mapping[str, object], provenance: Provenance
 ) -> list[str]:
-    # the name and description say nothing about what was measured
+    # the name and description say nothing about what was measured; secrets (an
+    # HF_TOKEN in a profile's env) are redacted on both sides, as in stored files
     old, new = (
-        {k: v for k, v in p.items() if k not in ("name", "description")}
+        redact.mapping({k: v for k, v in p.items() if k not in ("name", "description")})
         for p in (old_profile, provenance.profile_settings)
     )
     lines = ["profile " + d for d in profiles.diff(old, new)]
