@@ -1,0 +1,71 @@
+"""A stand-in for ``pytest_vllm_perf.launch``: takes the same command line, behaves as
+``STUB_MODE`` says (``a,b``: ``a`` on the first start, ``b`` on later ones), and
+appends one line per start to ``STUB_STARTS`` (a file).
+
+Run as a lone script by ``ServerSpec(launcher=(this file,))``, as another venv's
+launcher is, so the server lifecycle (boot timeout, port retries, TERM then KILL, the
+memo of a failed boot) is tested without vLLM:
+
+- ``ready``: answers ``/health`` on the given port;
+- ``never``: never answers (a boot that hangs);
+- ``port-taken``: prints vLLM's bind error and exits 1;
+- ``crash``: prints a traceback line and exits 3;
+- ``stubborn``: answers ``/health``, ignores SIGTERM, and starts a child in the same
+  process group that ignores SIGTERM too (an engine core that hangs on shutdown).
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def _serve(port: int) -> None:
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    port = int(args[args.index("--port") + 1])
+    starts = os.environ["STUB_STARTS"]
+    earlier = 0
+    if os.path.exists(starts):
+        with open(starts, encoding="utf-8") as fh:
+            earlier = len(fh.read().splitlines())
+    modes = os.environ.get("STUB_MODE", "ready").split(",")
+    mode = modes[min(earlier, len(modes) - 1)]
+    with open(starts, "a", encoding="utf-8") as fh:
+        fh.write(f"{mode} {port} {os.getpid()}\n")
+    print(f"stub vLLM ({mode}) starting on port {port}", flush=True)
+    if mode == "never":
+        time.sleep(3600)
+    elif mode == "port-taken":
+        print("OSError: [Errno 98] Address already in use", flush=True)
+        return 1
+    elif mode == "crash":
+        print("ValueError: stub engine failed", flush=True)
+        return 3
+    elif mode == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = (
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"
+        )
+        subprocess.Popen([sys.executable, "-c", child])
+    _serve(port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

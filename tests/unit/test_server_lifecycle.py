@@ -1,0 +1,159 @@
+"""The server lifecycle without vLLM: a stub launcher (tests/stub_launcher.py) boots,
+hangs, crashes, loses its port or ignores SIGTERM, and the server and pool code must
+turn each into the documented error, retry or clean stop (issue 24's untested list)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+from pathlib import Path
+
+import pytest
+
+from pytest_vllm_perf.config.profiles import EngineSettings, Profile
+from pytest_vllm_perf.core.errors import ServerError
+from pytest_vllm_perf.serving import pool as pool_module
+from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
+from pytest_vllm_perf.serving.server import PORT_ATTEMPTS, ServerSpec, VllmServer
+
+STUB = Path(__file__).resolve().parents[1] / "stub_launcher.py"
+
+
+@pytest.fixture
+def stub(tmp_path, monkeypatch):
+    """Set the stub's mode; returns a function giving (mode, port, pid) per start."""
+    starts = tmp_path / "starts"
+    monkeypatch.setenv("STUB_STARTS", str(starts))
+
+    def use(mode: str) -> None:
+        monkeypatch.setenv("STUB_MODE", mode)
+
+    def started() -> list[tuple[str, int, int]]:
+        if not starts.exists():
+            return []
+        return [
+            (m, int(p), int(pid))
+            for m, p, pid in (ln.split() for ln in starts.read_text().splitlines())
+        ]
+
+    use.started = started  # type: ignore[attr-defined]
+    return use
+
+
+def server(tmp_path: Path, timeout_s: float = 60.0) -> VllmServer:
+    spec = ServerSpec("m", (), launcher=(str(STUB),))
+    return VllmServer(spec, tmp_path / "logs" / "server.log", timeout_s)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+
+
+def test_a_boot_that_never_answers_times_out_and_leaves_nothing(tmp_path, stub):
+    stub("never")
+    vllm = server(tmp_path, timeout_s=2)
+    with pytest.raises(ServerError, match=r"not healthy after 2s \(--vllm-boot-timeout\)") as err:
+        vllm.start()
+    assert "stub vLLM (never) starting" in str(err.value)  # the log's tail comes with it
+    [(_, _, pid)] = stub.started()
+    assert gone(pid)
+
+
+def test_a_taken_port_is_retried_once_then_fails_naming_it(tmp_path, stub):
+    stub("port-taken,ready")
+    vllm = server(tmp_path)
+    notes: list[str] = []
+    vllm.start(notes.append)
+    try:
+        (_, first, _), (_, second, _) = stub.started()
+        assert first != second == vllm.port
+        assert [n for n in notes if "was taken" in n] == [
+            f"port {first} was taken before vLLM bound it; retrying on {second}"
+        ]
+        assert (tmp_path / "logs" / f"server.port-{first}.log").is_file()  # kept beside
+    finally:
+        vllm.stop()
+    stub("port-taken")
+    again = server(tmp_path / "again")
+    with pytest.raises(ServerError, match=f"address already in use, {PORT_ATTEMPTS} times"):
+        again.start()
+    assert len(stub.started()) == 2 + PORT_ATTEMPTS
+
+
+def test_a_crash_during_boot_names_the_exit_code_and_the_log(tmp_path, stub):
+    stub("crash")
+    with pytest.raises(ServerError, match="exited with code 3 during boot") as err:
+        server(tmp_path).start()
+    assert "ValueError: stub engine failed" in str(err.value)
+
+
+def test_stop_kills_a_group_that_ignores_sigterm(tmp_path, stub):
+    """TERM, then KILL after the grace period, to the whole group: the stubborn server
+    and its stubborn child both go. Broken on purpose (no SIGKILL step in _stop_group),
+    both are still alive and the last assertion fails."""
+    stub("stubborn")
+    vllm = server(tmp_path)
+    vllm.start()
+    process = vllm.process
+    assert process is not None
+    [(_, _, pid)] = stub.started()
+    children = [
+        int(p.name)
+        for p in Path("/proc").glob("[0-9]*")
+        if (p / "stat").exists() and _pgrp(p) == pid and int(p.name) != pid
+    ]
+    assert children, "the stub starts a child in its group"
+    vllm.stop(grace_s=0.5)
+    assert process.returncode == -signal.SIGKILL  # TERM was ignored: KILL ended it
+    assert all(gone(p) for p in [pid, *children])
+
+
+def _pgrp(proc_dir: Path) -> int | None:
+    try:
+        return int((proc_dir / "stat").read_text().split(")")[-1].split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def test_a_failed_boot_is_remembered_and_not_retried(tmp_path, stub, monkeypatch):
+    """The pool's memo: a profile whose boot failed fails its later tests at once."""
+    stub("crash")
+    pool = ServerPool(PoolConfig(tmp_path, model="m", platform="cpu"))
+    spec = ServerSpec("m", (), launcher=(str(STUB),))
+    monkeypatch.setattr(
+        pool, "spec", lambda profile, python=None: (spec, EngineSettings({}, ()), "cpu")
+    )
+    profile = Profile("p", tmp_path / "p.yaml")
+    with pytest.raises(ServerError, match="exited with code 3"):
+        pool.get(profile)
+    with pytest.raises(ServerError, match="profile 'p' failed to boot earlier"):
+        pool.get(profile)
+    assert len(stub.started()) == 1
+
+
+def test_the_next_boot_waits_for_gpu_memory_to_be_released(tmp_path, monkeypatch):
+    """A stand-in nvidia-smi reports 50 GB in use twice, then 100 MB: the wait says
+    so and returns on the third reading; only CUDA_VISIBLE_DEVICES's GPU counts."""
+    calls = tmp_path / "calls"
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(
+        "#!/bin/sh\n"
+        f'echo x >> "{calls}"\n'
+        f'n=$(wc -l < "{calls}")\n'
+        'if [ "$n" -le 2 ]; then used=50000; else used=100; fi\n'
+        'echo "0, $used"\necho "1, 90000"\n'
+    )
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # GPU 1's 90 GB is another job's
+    notes: list[str] = []
+    monkeypatch.setattr(pool_module.time, "sleep", lambda _s: None)
+    pool_module.wait_for_gpu_memory(60, notes.append)
+    assert notes == ["waiting for GPU memory to be released (50000 MiB in use)"] * 2
+    assert len(calls.read_text().split()) == 3
