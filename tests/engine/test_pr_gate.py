@@ -27,7 +27,7 @@ pytestmark = pytest.mark.engine
 PERF_TEST = """
 import pytest
 
-@pytest.mark.vllm_perf(workload="decode", duration_s=3, warmup_requests=1, repeat=8,
+@pytest.mark.vllm_perf(workload="decode", duration_s=2, warmup_requests=1, repeat=8,
                        chat={"users": 8, "prompt_tokens": 64, "output_tokens": 32},
                        gate=["ttft_p50_ms"])
 def test_gate(vllm_perf):
