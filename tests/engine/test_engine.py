@@ -188,22 +188,3 @@ def test_interrupt_during_load_leaves_no_vllm_process(perf_project, signals):
     while tagged_processes(tag) and time.monotonic() < deadline:
         time.sleep(1)
     assert tagged_processes(tag) == []
-
-
-def test_more_api_server_processes_boot_and_tokenize(perf_project):
-    """A profile with api_server_count: 2 boots through the launcher and serves text prompts."""
-    require_engine()
-    perf_project.makepyfile(
-        test_tok="""
-        def test_tok(vllm_perf):
-            outcome = vllm_perf.run(
-                "tokenizer_pressure", duration_s=5, warmup_requests=1, repeat=1,
-                text={"rate": 2.0, "prompt_tokens": 300})
-            assert {r.prompt_tokens for r in outcome.result.records} == {300}
-    """
-    )
-    result = perf_project.runpytest_subprocess(
-        "--vllm-profile=api-servers-2", "-p", "no:cacheprovider"
-    )
-    result.assert_outcomes(passed=1)
-    assert vllm_processes(str(perf_project.path)) == []

@@ -1,5 +1,9 @@
 """The plugin as a user gets it: a built wheel, installed into a fresh virtual environment,
-run from a folder outside this repository that has no profiles/ (real CPU engine)."""
+run from a folder outside this repository that has no profiles/ (real CPU engine).
+
+The shipped profile it runs is ``api-servers-2``, so the same boot also shows that a
+profile with ``api_server_count: 2`` boots through the launcher and serves text
+prompts, tokenized by the server (a test of its own until CI's boots were counted)."""
 
 from __future__ import annotations
 
@@ -19,12 +23,14 @@ REPO = Path(__file__).resolve().parents[2]
 PERF_TEST = """
 import pytest_vllm_perf
 
-@pytest.mark.vllm_perf(workload="decode", duration_s=4, warmup_requests=1, repeat=1,
-                       chat={"users": 2, "output_tokens": 16})
-def test_decode(vllm_perf):
+@pytest.mark.vllm_perf(workload="tokenizer_pressure", duration_s=4, warmup_requests=1,
+                       repeat=1, text={"rate": 2.0, "prompt_tokens": 300})
+def test_text(vllm_perf):
     outcome = vllm_perf.run()
     assert outcome.result.metrics["completed"] >= 2
-    assert outcome.provenance.profile_settings["engine"]["max_num_batched_tokens"] == 2048
+    assert outcome.provenance.profile_settings["engine"]["api_server_count"] == 2
+    # text prompts, tokenized by the server: the embedded word-level tokenizer is exact
+    assert {r.prompt_tokens for r in outcome.result.records} == {300}
     print("PLUGIN FROM", pytest_vllm_perf.__file__)
 """
 
@@ -66,7 +72,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     project = root / "project"
     project.mkdir()
-    (project / "test_decode.py").write_text("import pytest\n" + PERF_TEST)
+    (project / "test_text.py").write_text("import pytest\n" + PERF_TEST)
     return python
 
 
@@ -83,7 +89,7 @@ def run(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_shipped_profile_runs_from_a_folder_without_profiles(installed):
-    result = run(installed, "--vllm-profile=chunked")
+    result = run(installed, "--vllm-profile=api-servers-2")
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
     assert "1 passed" in out
