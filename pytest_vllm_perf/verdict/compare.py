@@ -46,12 +46,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
-from pytest_vllm_perf.core.records import MetricVerdict, PassRecord, Verdict
-from pytest_vllm_perf.core.registry import METRICS, split_key, tolerance_for
+from pytest_vllm_perf.core.records import MetricVerdict, PassRecord, RequestRecord, Verdict
+from pytest_vllm_perf.core.registry import LATENCIES, METRICS, split_key, tolerance_for
 from pytest_vllm_perf.verdict import intervals, stats
 
 __all__ = [
@@ -334,19 +334,35 @@ def _bootstrap(
             b_med, c_med, ratio, math.nan, math.nan, math.nan, f"{what} gives no interval"
         )
 
-    def statistic(records: Sequence[object], seconds: float) -> float:
-        chosen = [r for r in records if cls is None or getattr(r, "cls", None) == cls]
-        return stats.value(name, chosen, seconds)  # type: ignore[arg-type]
+    def mine(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+        return [r for r in records if cls is None or r.cls == cls]
+
+    base_blocks, cur_blocks = _blocks(base_records), _blocks(cur.records)
+    field = METRICS[name].field
+    statistic: intervals.Statistic
+    if field in LATENCIES:  # each block's samples once, not once per replicate
+        base_blocks, cur_blocks = (
+            [(stats.samples(mine(recs))[field], secs) for recs, secs in blocks]
+            for blocks in (base_blocks, cur_blocks)
+        )
+
+        def statistic(values: Any, seconds: float) -> float:
+            return stats.latency_value(name, values)
+
+    else:
+
+        def statistic(values: Any, seconds: float) -> float:
+            return stats.value(name, mine(values), seconds)
 
     ratio, low, high, p = intervals.block_bootstrap(
-        _blocks(base_records), _blocks(cur.records), statistic, seed, 1 + tolerance
+        base_blocks, cur_blocks, statistic, seed, 1 + tolerance
     )
     return _Result(b_med, c_med, ratio, low, high, p, "time blocks")
 
 
-def _blocks(passes: Sequence[PassRecord]) -> list[tuple[Sequence[object], float]]:
+def _blocks(passes: Sequence[PassRecord]) -> list[intervals.Block]:
     """Consecutive time blocks of each pass, by request start time."""
-    out: list[tuple[Sequence[object], float]] = []
+    out: list[intervals.Block] = []
     for p in passes:
         count = max(4, min(12, len(p.records) // 15))
         groups: list[list[object]] = [[] for _ in range(count)]

@@ -24,7 +24,7 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -199,19 +199,22 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
-Statistic = Callable[[Sequence[object], float], float]
+Statistic = Callable[[Any, float], float]
+# a time block: (its records, or an array of their samples; its seconds)
+Block = tuple[Any, float]
 
 
 def block_bootstrap(
-    base_blocks: Sequence[tuple[Sequence[object], float]],
-    cur_blocks: Sequence[tuple[Sequence[object], float]],
+    base_blocks: Sequence[Block],
+    cur_blocks: Sequence[Block],
     statistic: Statistic,
     seed: int = 0,
     bound: float = 1.0,
 ) -> tuple[float, float, float, float]:
     """Ratio current / baseline of ``statistic`` over resampled time blocks, and its interval.
 
-    Each block is (records, seconds). A replicate draws as many blocks as there are,
+    Each block is (records, seconds), or (an array of samples, seconds), which are
+    concatenated rather than listed. A replicate draws as many blocks as there are,
     with replacement, on each side. Returns (point ratio of all blocks, low, high, p),
     p being twice the share of replicates on the near side of ``bound`` or of
     1 / ``bound`` (a change beyond a tolerance: ``bound`` = 1 + tolerance), at least
@@ -219,8 +222,14 @@ def block_bootstrap(
     """
     rng = np.random.default_rng(seed)
 
-    def value(blocks: Sequence[tuple[Sequence[object], float]]) -> float:
-        return statistic([r for b in blocks for r in b[0]], sum(b[1] for b in blocks))
+    def value(blocks: Sequence[Block]) -> float:
+        payloads = [b[0] for b in blocks]
+        joined: Any
+        if payloads and all(isinstance(x, np.ndarray) for x in payloads):
+            joined = np.concatenate(payloads)
+        else:
+            joined = [r for x in payloads for r in x]
+        return statistic(joined, sum(b[1] for b in blocks))
 
     def ratio(b: float, c: float) -> float:
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -12,7 +12,7 @@ from pytest_vllm_perf.core import registry
 PERF_TEST = """
 import pytest
 
-@pytest.mark.vllm_perf(workload="mixed", duration_s=1, warmup_requests=1,
+@pytest.mark.vllm_perf(workload="mixed", duration_s=0.5, warmup_requests=1,
                        chat={"users": 4, "output_tokens": 8},
                        long={"rate": 4.0, "prompt_tokens": 64, "output_tokens": 4})
 def test_perf(vllm_perf):
