@@ -5,10 +5,12 @@ boot, schedule and pass-to-pass scales on the log scale) is fitted to the commit
 per-pass metrics of real boots, and the real verdict is run on passes drawn from
 it, with the metric made ``r`` times worse on the current side (latency x r,
 throughput / r; r < 1 is an improvement), at the default 8 passes and the
-platform's default tolerances:
+platform's default tolerances of each mode:
 
-- ``stored``: a baseline of 2 boots against a new boot (the gate across machines);
-- ``ab``: both sides on one machine, alternated (``--vllm-ab``).
+- ``stored``: a baseline of 2 boots against a new boot (the gate across machines),
+  the workload's ``gate`` at the stored tolerances;
+- ``ab``: both sides on one machine, alternated (``--vllm-ab``), ``gate`` plus
+  ``ab_gate`` at the A/B tolerances (``registry.AB_TOLERANCES``).
 
 The model is checked against the real passes it was fitted to: every boot in turn
 as the current run against two other boots as the baseline (all common passes),
@@ -34,7 +36,12 @@ import numpy as np
 
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.records import Verdict
-from pytest_vllm_perf.core.registry import METRICS, default_tolerances, from_bench_serve_key
+from pytest_vllm_perf.core.registry import (
+    METRICS,
+    default_tolerances,
+    from_bench_serve_key,
+    tolerance_for,
+)
 from pytest_vllm_perf.verdict import compare, noise
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,32 +123,43 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for label, platform, file, names in SOURCES:
         for name in names:
-            gate = workloads.named(name).gate
-            tol = default_tolerances(platform)
+            workload = workloads.named(name)
+            gate = workload.gate
+            # each mode gates its own set at its own tolerances (A/B adds ab_gate, at
+            # registry.AB_TOLERANCES); metrics the boots never recorded are left out
+            gated = {"stored": gate, "ab": (*gate, *workload.ab_gate)}
+            tols = {m: default_tolerances(platform, ab=m == "ab") for m in noise.MODES}
+            tol = tols["stored"]
             boots = _boots(RESULTS / file, name)
-            scales = {
+            fitted = {
                 key: noise.fit([{p["index"]: p["metrics"].get(key, math.nan) for p in b}
                                 for b in boots])
-                for key in gate
+                for key in gated["ab"]
+                if any(key in p["metrics"] for b in boots for p in b)
             }  # fmt: skip
+            scales = {k: fitted[k] for k in gate if k in fitted}
             print(f"{label} {name}: fitted {len(boots)} boots", flush=True)
             oc = {
                 mode: noise.operating_characteristic(
-                    scales, tol, RATIOS, mode, args.passes, 2, args.trials, args.seed
+                    {k: fitted[k] for k in gated[mode] if k in fitted}, tols[mode], RATIOS,
+                    mode, args.passes, 2, args.trials, args.seed,
                 )
                 for mode in noise.MODES
-            }
+            }  # fmt: skip
             n_passes = min(len(b) for b in boots)
             rows.append({
                 "platform": label, "workload": name, "file": file, "boots": len(boots),
                 "passes_per_boot": n_passes,
                 "scales": {k: s.__dict__ for k, s in scales.items()},
-                "tolerances": {k: tol.get(k.rpartition(".")[2]) for k in gate},
+                "tolerances": {
+                    m: {k: tolerance_for(k, tols[m]) for k in gated[m] if k in fitted}
+                    for m in noise.MODES
+                },
                 "oc": {mode: {k: {str(r): dict(c) for r, c in by.items()}
                               for k, by in found.items()}
                        for mode, found in oc.items()},
                 "check": {
-                    "real": real_checks(boots, gate, tol),
+                    "real": real_checks(boots, tuple(scales), tol),
                     "model": model_checks(scales, tol, n_passes, args.trials, args.seed),
                 },
             })  # fmt: skip
@@ -172,7 +190,7 @@ def markdown(data: Mapping[str, Any]) -> list[str]:
                 if key == "any regressed":
                     continue
                 cells = [f"{_p(by[str(r)], 'regressed', trials):.0%}" for r in ratios]
-                tol = row["tolerances"][key]
+                tol = row["tolerances"][mode][key]
                 out.append(
                     f"| {row['platform']} | {mode} | {row['workload']}: {key} | {tol:.0%} | "
                     + " | ".join(cells)
