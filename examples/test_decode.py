@@ -10,16 +10,18 @@ LOAD = {
     "cpu": {"duration_s": 6, "chat": {"users": 8, "prompt_tokens": 64, "output_tokens": 64}},
     "cuda": {"duration_s": 8, "chat": {"users": 32, "prompt_tokens": 128, "output_tokens": 256}},
 }
+# The SLO a team would set for a chat decode: tokens stream faster than people read
+# (TPOT), no visible stutter (ITL p99), and a capacity floor the fleet is sized on.
+# The H200 measured TPOT 5.8 ms, ITL p99 13 ms and 5420 tok/s here (session 9); the
+# CPU limits only catch a broken engine, since 2 shared cores stall at random.
 LIMITS = {
-    "cpu": {"tpot_mean_ms": 5_000, "itl_p99_ms": 10_000},
-    "cuda": {"tpot_mean_ms": 100, "itl_p99_ms": 250},
+    "cpu": {"tpot_mean_ms": 5_000, "itl_p99_ms": 10_000, "min_output_throughput": 20},
+    "cuda": {"tpot_mean_ms": 100, "itl_p99_ms": 250, "min_output_throughput": 2_000},
 }
 
 
 def test_decode(vllm_perf):
     platform = vllm_perf.server.platform
     outcome = vllm_perf.run("decode", thresholds=LIMITS[platform], **LOAD[platform])
-    metrics = outcome.result.metrics
-    assert metrics["completed"] >= 8
-    # one class, closed loop: every streamed gap is a decode step (or a merged chunk)
-    assert metrics["itl_p50_ms"] <= metrics["itl_p99_ms"] <= metrics["itl_max_ms"]
+    # every user finished at least one request: the load really ran in closed loop
+    assert outcome.result.metrics["completed"] >= LOAD[platform]["chat"]["users"]

@@ -16,9 +16,13 @@ LOAD = {
         "long": {"rate": 1.0, "prompt_tokens": 6000, "output_tokens": 4},
     },
 }
+# The SLO: chat users keep a responsive first token and no long stutter while long
+# documents arrive, and a long document is answered within a second on the GPU.
+# The H200 measured chat TTFT p99 194 ms, chat ITL p99 17 ms, long TTFT p50 172 ms
+# (session 9); the CPU limits only catch a broken engine.
 LIMITS = {
-    "cpu": {"chat.ttft_p99_ms": 15_000, "chat.itl_p99_ms": 5_000},
-    "cuda": {"chat.ttft_p99_ms": 2_000, "chat.itl_p99_ms": 250},
+    "cpu": {"chat.ttft_p99_ms": 15_000, "chat.itl_p99_ms": 5_000, "long.ttft_p50_ms": 30_000},
+    "cuda": {"chat.ttft_p99_ms": 2_000, "chat.itl_p99_ms": 250, "long.ttft_p50_ms": 1_000},
 }
 
 
@@ -28,6 +32,4 @@ def test_interference(vllm_perf):
     metrics = outcome.result.metrics
     # Both request classes really ran: long prompts landed among the chat streams.
     assert metrics["long.completed"] >= 1
-    assert metrics["chat.completed"] >= 4
-    # The worst decode stall is what long prefills cause; it is never below the median gap.
-    assert metrics["chat.itl_max_ms"] >= metrics["chat.itl_p50_ms"]
+    assert metrics["chat.completed"] >= LOAD[platform]["chat"]["users"]
