@@ -63,15 +63,19 @@ class PerfFixture:
         server: ServerHandle,
         collect: Callable[[Outcome], None],
         progress: Progress | None = None,
-        base_server: ServerHandle | None = None,
+        base_server: ServerHandle | Callable[[], ServerHandle] | None = None,
         base_note: str = "",
+        candidate_boot: Callable[[], ServerHandle] | None = None,
     ) -> None:
         self._node = node
         self._settings = settings
         self._collect = collect
         self._progress = progress
         self.server = server
-        self.base_server = base_server  # the base side of an A/B run (--vllm-ab)
+        # the base side of an A/B run (--vllm-ab): its server, or, booted in turn with
+        # the candidate (--vllm-ab-mode=sequential), what boots it
+        self.base_server = base_server
+        self._candidate_boot = candidate_boot
         self._base_note = base_note  # what the verdict says of the base side's choice
         self.outcomes: list[Outcome] = []
 
@@ -145,8 +149,9 @@ class PerfFixture:
         )
         settings = self._settings
         if self.base_server is not None:
+            candidate = self._candidate_boot or self.server
             return measure.run_ab(
-                plan, self.base_server, self.server, self._progress, self._base_note
+                plan, self.base_server, candidate, self._progress, self._base_note
             )
         return measure.run_test(
             plan,

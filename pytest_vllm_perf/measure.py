@@ -39,6 +39,7 @@ __all__ = [
     "SaveMode",
     "alternation",
     "assemble",
+    "blocks",
     "layered",
     "measure",
     "run_ab",
@@ -150,39 +151,68 @@ def alternation(repeat: int) -> list[tuple[int, tuple[str, str]]]:
     ]
 
 
+def blocks(repeat: int) -> list[tuple[str, range]]:
+    """The sequential A/B order: the candidate's first half of the passes, then the
+    base's first half and second half on one boot, then the candidate's second half
+    (CBBC). Pass k of both sides still replays schedule k; each side boots twice at
+    most (the candidate is up already when a test starts, and is up again at its end
+    for the next test of its profile)."""
+    half = (repeat + 1) // 2
+    first, second = range(half), range(half, repeat)
+    order = [("candidate", first), ("base", first), ("base", second), ("candidate", second)]
+    return [(side, passes) for side, passes in order if len(passes)]
+
+
 def run_ab(
     plan: Plan,
-    base: ServerHandle,
-    candidate: ServerHandle,
+    base: ServerHandle | Callable[[], ServerHandle],
+    candidate: ServerHandle | Callable[[], ServerHandle],
     progress: Progress | None = None,
     note: str = "",
 ) -> Outcome:
-    """Measure both sides pass by pass, alternating, and judge the candidate against the base.
+    """Measure both sides pass by pass, and judge the candidate against the base.
 
     ``note`` says how the base side was chosen (``--vllm-ab-rev``: a profile the
     revision lacks is judged against ``default``); the verdict's note carries it.
 
-    Only one side takes load at a time; pass k of both replays schedule k, so the
-    verdict pairs pass k with pass k. Each side's server stays up between its passes.
+    With two handles both servers are resident and passes alternate ABBA, only one
+    side loaded at a time. With two callables (``--vllm-ab-mode=sequential``), each
+    boots its side when called, evicting the other (``ServerPool.get`` on one slot),
+    and the passes run in blocks (``blocks``): each side has the GPU's memory to
+    itself, which is what a test of KV capacity or preemptions must have. Either
+    way pass k of both sides replays schedule k, so the verdict pairs pass k with
+    pass k.
     """
-    handles = {"base": base, "candidate": candidate}
-    recorded: dict[str, list[Measurement]] = {"base": [], "candidate": []}
-    for k, order in alternation(plan.repeat):
-        for side in order:
-            handle = handles[side]
+    recorded: dict[str, dict[int, Measurement]] = {"base": {}, "candidate": {}}
+    handles: dict[str, ServerHandle] = {}
+    sequential = callable(base) and callable(candidate)
+    sources = {"base": base, "candidate": candidate}
 
-            def say(message: str, side: str = side, k: int = k) -> None:
-                if progress is not None:
-                    name = handles[side].profile
-                    progress(f"A/B pass {k + 1}/{plan.repeat} {side} ({name}): {message}")
+    def one(side: str, k: int) -> None:
+        source = sources[side]
+        handle = source() if callable(source) else source
+        handles[side] = handle
 
-            say("starting")
-            recorded[side].append(measure(handle, plan.workload, 1, say, first_index=k))
+        def say(message: str) -> None:
+            if progress is not None:
+                progress(f"A/B pass {k + 1}/{plan.repeat} {side} ({handle.profile}): {message}")
+
+        say("starting")
+        recorded[side][k] = measure(handle, plan.workload, 1, say, first_index=k)
+
+    if sequential:
+        for side, passes in blocks(plan.repeat):
+            for k in passes:
+                one(side, k)
+    else:
+        for k, order in alternation(plan.repeat):
+            for side in order:
+                one(side, k)
     sides = {
         side: assemble(
             plan.workload,
-            [p for m in found for p in m.passes],
-            [g for m in found for g in m.gauges],
+            [p for k in sorted(found) for p in found[k].passes],
+            [g for k in sorted(found) for g in found[k].gauges],
         )
         for side, found in recorded.items()
     }
@@ -190,18 +220,18 @@ def run_ab(
     verdict = gate.ab(
         sides["base"],
         sides["candidate"],
-        base.provenance,
-        candidate.provenance,
+        handles["base"].provenance,
+        handles["candidate"].provenance,
         plan.tolerances,
         gate.gated_metrics(sides["candidate"], plan.gate, ab=True),
+        sequential=sequential,
     )
-    split = [n for n in candidate.provenance.engine_notes if n.startswith(SPLIT_NOTE)]
+    split = [n for n in handles["candidate"].provenance.engine_notes if n.startswith(SPLIT_NOTE)]
     for extra in (note, *split):
         if extra:
             verdict = dataclasses.replace(verdict, note=f"{verdict.note}; {extra}")
-    return Outcome(
-        plan.test_id, candidate.provenance, sides["candidate"], checks, verdict, sides["base"]
-    )
+    provenance = handles["candidate"].provenance
+    return Outcome(plan.test_id, provenance, sides["candidate"], checks, verdict, sides["base"])
 
 
 def run_test(

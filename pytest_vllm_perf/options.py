@@ -21,7 +21,7 @@ from pytest_vllm_perf.config import revision
 from pytest_vllm_perf.config.profiles import Profile
 from pytest_vllm_perf.config.profiles import load as read_profile
 from pytest_vllm_perf.core.errors import ProfileError, ThresholdError, WorkloadError
-from pytest_vllm_perf.core.records import Platform
+from pytest_vllm_perf.core.records import ABMode, Platform
 from pytest_vllm_perf.core.registry import validate_tolerances
 from pytest_vllm_perf.core.workload import pass_count
 from pytest_vllm_perf.serving.models import PRESETS
@@ -174,6 +174,16 @@ OPTIONS: Final = (
         "environment",
     ),
     Option(
+        "--vllm-ab-mode",
+        "vllm_ab_mode",
+        choice("resident", "sequential"),
+        "resident",
+        "A/B: resident keeps both sides up, each with a little under half the GPU's "
+        "memory, passes alternated (ABBA); sequential boots one side at a time with the "
+        "profile's own memory, in blocks of passes (CBBC): for tests of KV capacity or "
+        "preemptions, which follow the memory",
+    ),
+    Option(
         "--vllm-repeat",
         "vllm_repeat",
         repeat_count,
@@ -309,6 +319,7 @@ class Settings:
     ab_base: str | None = None
     ab_python: str | None = None  # the base side's interpreter (PROFILE@VENV), else this one
     ab_revision: revision.Revision | None = None  # --vllm-ab-rev: profiles at a revision
+    ab_mode: ABMode = "resident"
 
     @property
     def ab(self) -> bool:
@@ -361,6 +372,7 @@ class Settings:
             tolerances=_tolerances(config),
             profile_given=_raw(config, "vllm_profile")[0] not in (None, "default"),
             gate_other_release=_flag(config, "vllm_gate_other_release"),
+            ab_mode=values["vllm_ab_mode"],
             **_ab_side(values["vllm_ab"]),
         )
         if values["vllm_ab_rev"] is not None:

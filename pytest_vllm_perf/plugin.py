@@ -7,9 +7,10 @@ in :mod:`fixture`; measuring is :mod:`measure`; reports are :mod:`report`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -50,7 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
             platform=settings.platform,
             boot_timeout_s=settings.boot_timeout_s,
             external_url=settings.url,
-            split_memory=settings.ab,
+            split_memory=settings.ab and settings.ab_mode == "resident",
         ),
         _progress_writer(config),
     )
@@ -158,14 +159,22 @@ def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iter
     config = request.config
     settings = config.stash[SETTINGS]
     pool = config.stash[POOL]
-    base, failure, note = None, "", ""
+    base: ServerHandle | Callable[[], ServerHandle] | None = None
+    candidate: Callable[[], ServerHandle] | None = None
+    failure, note = "", ""
     mark = request.node.get_closest_marker("vllm_perf")
     if settings.ab and not (mark and mark.kwargs.get("profile")):
-        # A/B: the base side's server, kept up beside the candidate's (its own slot);
-        # a test pinned to a profile by its marker is not part of the comparison
+        # A/B: the base side's server, kept up beside the candidate's (its own slot),
+        # or booted in turn with it on one slot (--vllm-ab-mode=sequential); a test
+        # pinned to a profile by its marker is not part of the comparison
         try:
             profile, note = settings.base_profile(vllm_server.profile)
-            base = pool.get(profile, slot="base", python=settings.ab_python)
+            if settings.ab_mode == "sequential":
+                mine = request.getfixturevalue("vllm_profile")
+                base = functools.partial(pool.get, profile, "main", settings.ab_python)
+                candidate = functools.partial(pool.get, mine, "main")
+            else:
+                base = pool.get(profile, slot="base", python=settings.ab_python)
         except ServerError as exc:
             failure = str(exc)  # failed outside the handler: the error is printed once
     if failure:
@@ -178,6 +187,7 @@ def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iter
         pool.progress,
         base,
         note,
+        candidate,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pytest_vllm_perf.core.workload import Workload
 
 __all__ = [
+    "ABMode",
     "Check",
     "Environment",
     "GateResult",
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 Platform = Literal["cpu", "cuda"]
+# how an A/B run keeps its sides: both up, or one booted at a time (measure.run_ab)
+ABMode = Literal["resident", "sequential"]
 Progress = Callable[[str], None]  # where progress lines go during long boots and runs
 
 

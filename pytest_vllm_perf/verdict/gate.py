@@ -123,8 +123,10 @@ def ab(
     candidate_provenance: Provenance,
     tolerances: Mapping[str, float],
     gated: Sequence[str],
+    sequential: bool = False,
 ) -> GateResult:
-    """The candidate side against the base side of one A/B run, pass k against pass k."""
+    """The candidate side against the base side of one A/B run, pass k against pass k;
+    ``sequential``: the sides were booted in turn (``--vllm-ab-mode``), not both up."""
     base_passes, current = current_passes(base), current_passes(candidate)
     verdicts = compare.compare(
         [base_passes], current, compared_metrics(gated), tolerances, gated=gated, pair=True
@@ -138,10 +140,12 @@ def ab(
     versions = [p.environment.vllm_version for p in (candidate_provenance, base_provenance)]
     if versions[0] != versions[1]:  # two environments: say which release each side ran
         sides = [f"{s} on vLLM {v}" for s, v in zip(sides, versions, strict=True)]
-    note = (
-        f"A/B: {sides[0]} against {sides[1]}, "
-        "two servers up, one loaded at a time, passes alternated (ABBA)"
+    how = (
+        "booted in turn, passes in blocks (CBBC)"
+        if sequential
+        else "two servers up, one loaded at a time, passes alternated (ABBA)"
     )
+    note = f"A/B: {sides[0]} against {sides[1]}, {how}"
     more = compare.passes_note([base_passes], current, gated, boots_matter=False)
     if more:
         note += "; " + more

@@ -4,6 +4,7 @@ tests/test_engine_baseline.py shows the same situations on the real engine."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -361,6 +362,25 @@ def test_ab_mode_compares_two_sides_without_a_stored_baseline(project, fake_vllm
     assert "regressed" not in out
     assert stored(project) == []  # nothing is stored in A/B mode
     result.stdout.re_match_lines([r".*::test_perf\s+p\s.*pass\s+(unchanged|inconclusive|improved)"])
+
+
+def test_sequential_ab_runs_the_sides_in_blocks_and_says_so(project, fake_vllm):
+    """--vllm-ab-mode=sequential: one side at a time on one slot, blocks CBBC, pass k
+    paired with pass k, and the note says how the sides ran. Broken on purpose (the
+    plugin ignoring the mode), the passes alternate ABBA and the order check fails."""
+    result = run(project, fake_vllm, "--vllm-ab=default", "--vllm-ab-mode=sequential", "-s")
+    result.assert_outcomes(passed=1)
+    order = re.findall(
+        r"A/B pass (\d)/6 (base|candidate) \((?:default|p)\): starting", result.stdout.str()
+    )
+    expected = [(str(k), "candidate") for k in (1, 2, 3)]
+    expected += [(str(k), "base") for k in range(1, 7)]
+    expected += [(str(k), "candidate") for k in (4, 5, 6)]
+    assert order == expected
+    result.stdout.fnmatch_lines(
+        ["*'p' against 'default', booted in turn, passes in blocks (CBBC)*"]
+    )
+    assert "regressed" not in result.stdout.str()
 
 
 def test_ab_mode_usage_errors(project, fake_vllm):

@@ -213,3 +213,22 @@ def test_ab_runs_gate_what_one_machine_holds_steady():
         "t", named("decode"), 8, "cuda", tolerance_layers=[{"tpot_mean_ms": 0.2}], ab=True
     )
     assert plan.tolerances["tpot_mean_ms"] == 0.2  # a user's tolerance still wins
+
+
+def test_sequential_blocks_are_cbbc_and_cover_every_pass_once_a_side():
+    """--vllm-ab-mode=sequential: the candidate (up when the test starts) runs the
+    first half, the base both halves on one boot, the candidate the second half, so
+    each test boots the base once and the candidate once more."""
+    from pytest_vllm_perf.measure import blocks
+
+    assert blocks(8) == [
+        ("candidate", range(4)),
+        ("base", range(4)),
+        ("base", range(4, 8)),
+        ("candidate", range(4, 8)),
+    ]
+    assert blocks(1) == [("candidate", range(1)), ("base", range(1))]
+    for n in (1, 2, 5, 8):
+        for side in ("base", "candidate"):
+            done = [k for s, passes in blocks(n) if s == side for k in passes]
+            assert sorted(done) == list(range(n)), (n, side)
