@@ -124,11 +124,12 @@ def test_rejected_engine_flag_fails_fast_with_vllm_message(perf_project):
     require_engine()
     (perf_project.path / "profiles" / "bad.yaml").write_text("engine: {no_such_flag: 3}\n")
     perf_project.makepyfile(PERF_TEST.format(thresholds="{}"))
-    started = time.monotonic()
     result = perf_project.runpytest_subprocess("--vllm-profile=bad", "-p", "no:cacheprovider")
-    assert time.monotonic() - started < 90
     result.assert_outcomes(errors=1)
+    # failed when vLLM exited, not after the 600 s boot timeout (a clock bound of 90 s
+    # here failed on a busy machine)
     result.stdout.fnmatch_lines(["*exited with code*", "*--no-such-flag*"])
+    assert "not healthy after" not in result.stdout.str()
     assert vllm_processes(str(perf_project.path)) == []
 
 

@@ -38,5 +38,7 @@ def test_a_stream_stalled_past_the_request_timeout_is_a_bounded_failure(pytester
     elapsed = time.monotonic() - started
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*FAIL failed: *(limit <= 0)*", "*request errors: *"])
-    # 2 s of load plus the 1.5 s request timeout of the last stalled stream, not an hour
-    assert elapsed < 30, elapsed
+    # 2 s of load plus the 1.5 s request timeout of the last stalled stream, not the
+    # hour a stalled stream would hold without it: a bound 30 times the expected
+    # 3.5 s, so that a busy machine does not fail it
+    assert elapsed < 120, elapsed

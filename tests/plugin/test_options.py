@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from pytest_vllm_perf.options import OPTIONS
@@ -77,10 +75,10 @@ def test_good(vllm_perf): pass
 def test_every_bad_marker_value_is_one_usage_error_line_before_anything_boots(pytester):
     """All marker problems at once, exit 4, in seconds: no server was started to find them."""
     pytester.makepyfile(BAD_MARKERS)
-    started = time.monotonic()
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert time.monotonic() - started < 60
+    # found at collection: nothing booted (a clock bound failed on a busy machine)
+    assert "booting vLLM" not in result.stdout.str() + result.stderr.str()
     err = result.stderr.str()
     expected = {
         "test_workload": "unknown workload 'interferense' (did you mean 'interference'?)",

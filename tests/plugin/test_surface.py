@@ -3,8 +3,6 @@ tests/test_engine.py repeats the claims that matter against the real vLLM engine
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 PERF_TEST = """
@@ -47,10 +45,9 @@ def test_marker_is_registered(pytester):
 
 def test_unknown_profile_is_a_usage_error(perf_project):
     perf_project.makepyfile(PERF_TEST % "{}")
-    started = time.monotonic()
     result = perf_project.runpytest_subprocess("--vllm-profile=nosuch")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert time.monotonic() - started < 30
+    assert "booting vLLM" not in result.stdout.str() + result.stderr.str()  # nothing booted
     mine = ", ".join(sorted(p.stem for p in (perf_project.path / "profiles").glob("*.yaml")))
     assert "chunked-128" in mine  # the project's own folder, listed first
     result.stderr.fnmatch_lines(
