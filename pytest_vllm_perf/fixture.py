@@ -19,7 +19,7 @@ from pytest_vllm_perf import measure
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.errors import VllmPerfError
 from pytest_vllm_perf.core.records import Outcome, Progress
-from pytest_vllm_perf.core.registry import validate_tolerances
+from pytest_vllm_perf.core.registry import threshold_target, validate_tolerances
 from pytest_vllm_perf.core.workload import Workload, pass_count
 from pytest_vllm_perf.options import Settings
 from pytest_vllm_perf.report import text
@@ -147,6 +147,15 @@ class PerfFixture:
             gate_extra=(*marker.get("gate", ()), *gate),
             ab=self.base_server is not None,
         )
+        # the test's own keys (a profile's apply to every workload, so they may name
+        # classes this one lacks): a class it does not have is a mistake, found before
+        # any request is sent
+        _check_classes(
+            plan.workload,
+            {**(marker.get("thresholds") or {}), **(thresholds or {})},
+            {**(marker.get("tolerances") or {}), **(tolerances or {})},
+            plan.gate,
+        )
         settings = self._settings
         if self.base_server is not None:
             candidate = self._candidate_boot or self.server
@@ -161,6 +170,18 @@ class PerfFixture:
             self._progress,
             settings.gate_other_release,
         )
+
+
+def _check_classes(
+    workload: Workload,
+    thresholds: Mapping[str, float],
+    tolerances: Mapping[str, float],
+    gate: Sequence[str],
+) -> None:
+    """ThresholdError for a class-qualified key naming a class the workload lacks."""
+    workload.check_classes((threshold_target(k)[0] for k in thresholds), "threshold")
+    workload.check_classes(tolerances, "tolerance")
+    workload.check_classes(gate, "gate")
 
 
 def _marker_workload(node: pytest.Item, marker: Mapping[str, Any]) -> Workload:
@@ -215,6 +236,16 @@ def preflight(node: pytest.Item, settings: Settings) -> list[str]:
     check("thresholds", lambda: validate_thresholds(mapping("thresholds")))
     check("tolerances", lambda: validate_tolerances(mapping("tolerances")))
     check("gate", gate)
+    if "workload" in marker and not problems:  # its classes are known before a boot
+        check(
+            "classes",
+            lambda: _check_classes(
+                _marker_workload(node, marker),
+                mapping("thresholds"),
+                mapping("tolerances"),
+                marker.get("gate", ()),
+            ),
+        )
     if "repeat" in marker:
         check("repeat", lambda: pass_count(marker["repeat"], "repeat"))
     pinned = marker.get("profile")

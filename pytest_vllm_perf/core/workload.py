@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Final, Literal, get_args
 
@@ -110,6 +110,19 @@ class Workload:
                         f"workload {self.name!r}: {field_name}: {key!r} is not a compared "
                         f"metric of its classes ({', '.join(sorted(names))})"
                     )
+
+    def check_classes(self, keys: Iterable[str], what: str) -> None:
+        """ThresholdError for a class-qualified key (``long.ttft_p99_ms``) naming a class
+        this workload does not have: its metric would never be measured, and a
+        threshold on it would fail only after a boot and a full run."""
+        names = {c.name for c in self.classes}
+        for key in keys:
+            cls = key.rpartition(".")[0]
+            if cls and cls not in names:
+                raise ThresholdError(
+                    f"{what} {key!r}: workload {self.name!r} has no class {cls!r} "
+                    f"(classes: {', '.join(sorted(names))})"
+                )
 
     @property
     def effective_ramp_s(self) -> float:

@@ -67,6 +67,9 @@ def test_repeat(vllm_perf): pass
 @pytest.mark.vllm_perf(profile="chunkd")
 def test_profile(vllm_perf): pass
 
+@pytest.mark.vllm_perf(workload="decode", thresholds={"long.ttft_p99_ms": 500})
+def test_classes(vllm_perf): pass
+
 @pytest.mark.vllm_perf(workload="decode", thresholds={"ttft_p99_ms": 500})
 def test_good(vllm_perf): pass
 """
@@ -91,6 +94,9 @@ def test_every_bad_marker_value_is_one_usage_error_line_before_anything_boots(py
         "test_gate": "marker gate: unknown metric 'tpot_mean'; did you mean 'tpot_mean_ms'?",
         "test_repeat": "marker repeat: repeat: expected a whole number of passes >= 1, got 0",
         "test_profile": "marker profile: unknown vLLM profile 'chunkd' (did you mean 'chunked'?)",
+        # issue 25: a class the workload lacks would only fail after a boot and a run
+        "test_classes": "marker classes: threshold 'long.ttft_p99_ms': workload 'decode' has "
+        "no class 'long' (classes: chat)",
     }
     lines = [line for line in err.splitlines() if "vllm_perf marker" in line]
     assert len(lines) == len(expected), err

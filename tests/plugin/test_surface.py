@@ -166,3 +166,20 @@ def test_non_perf_tests_are_untouched(pytester):
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     assert "vLLM perf summary" not in result.stdout.str()
+
+
+def test_a_class_the_workload_lacks_fails_before_any_request(perf_project, fake_vllm):
+    """Issue 25: keys set in code are checked against the workload the code chose, so a
+    threshold that could never be measured fails in one line before the load starts."""
+    perf_project.makepyfile(
+        """
+        def test_perf(vllm_perf):
+            vllm_perf.run("decode", thresholds={"long.ttft_p99_ms": 500})
+        """
+    )
+    result = run(perf_project, fake_vllm.url)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*threshold 'long.ttft_p99_ms': workload 'decode' has no class 'long' (classes: chat)*"]
+    )
+    assert fake_vllm.requests == []
