@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.real_engine import require_engine
+from tests.scratch_git import git
 
 pytestmark = pytest.mark.engine
 
@@ -33,15 +34,6 @@ import pytest
 def test_gate(vllm_perf):
     vllm_perf.run()
 """
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-    )
 
 
 def _gate(repo: Path, out: str, *args: str) -> tuple[int, str, dict]:
@@ -74,9 +66,9 @@ def test_pull_request_gate_passes_an_aa_and_fails_a_worse_commit(tmp_path):
     profile = repo / "profiles" / "gate.yaml"
     profile.write_text("engine: {max_model_len: 2048}\n")
     (repo / ".gitignore").write_text(".vllm-perf-cache/\nout*/\n")
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "a serving config")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "a serving config")
 
     # A/A: the profile against itself as committed at HEAD; no stored step
     status, text, record = _gate(repo, "out-aa", "--base=HEAD", "--profiles=gate", "--stored=")
@@ -93,7 +85,7 @@ def test_pull_request_gate_passes_an_aa_and_fails_a_worse_commit(tmp_path):
 
     # a worse commit: found as changed since HEAD~1 with no --profiles, and failed
     profile.write_text("engine: {max_model_len: 2048, max_num_seqs: 1}\n")
-    _git(repo, "commit", "-qam", "one sequence at a time")
+    git(repo, "commit", "-qam", "one sequence at a time")
     status, text, record = _gate(repo, "out-worse", "--base=HEAD~1")
     summary = text.split("# vLLM perf gate")[-1]
     assert status == 1, text

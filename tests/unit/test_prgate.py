@@ -3,19 +3,8 @@ the GPUs a job claims, and the summary (the engine test runs the whole script)."
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 from pytest_vllm_perf import prgate
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-    )
+from tests.scratch_git import git
 
 
 def test_changed_profiles_are_those_whose_settings_differ_at_the_base(tmp_path):
@@ -29,9 +18,9 @@ def test_changed_profiles_are_those_whose_settings_differ_at_the_base(tmp_path):
     (folder / "parent.yaml").write_text("engine: {max_model_len: 2048}\n")
     (folder / "child.yaml").write_text("extends: parent\nengine: {max_num_seqs: 4}\n")
     (folder / "tuned.yaml").write_text("engine: {max_num_seqs: 8}\n")
-    _git(tmp_path, "init", "-q")
-    _git(tmp_path, "add", ".")
-    _git(tmp_path, "commit", "-qm", "base")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "base")
     assert prgate.changed_profiles("HEAD", folder) == []
     (folder / "same.yaml").write_text("description: reworded\nengine: {max_num_seqs: 8}\n")
     (folder / "parent.yaml").write_text("engine: {max_model_len: 4096}\n")
