@@ -40,9 +40,9 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest tests $(ARGS)
 
-# Regenerate the README's reference tables (options, marker, metrics, workloads) from the code.
+# Regenerate docs/reference.md's tables (options, marker, metrics, workloads) from the code.
 reference: $(STAMP)
-	$(BIN)/python -m pytest_vllm_perf.reference README.md
+	$(BIN)/python -m pytest_vllm_perf.reference docs/reference.md
 
 clean:
 	rm -rf $(VENV) .vllm-perf-cache

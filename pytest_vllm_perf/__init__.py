@@ -8,7 +8,7 @@ The public surface, for annotations and for scripts that measure without pytest:
         outcome = vllm_perf.run("decode")
 
 Data flows one way, as plain frozen records: profile -> server -> load ->
-records -> statistics -> verdict -> report (see the README's architecture).
+records -> statistics -> verdict -> report (docs/architecture.md).
 """
 
 from __future__ import annotations

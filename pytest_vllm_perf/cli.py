@@ -9,7 +9,7 @@
   run. Without ``--add`` the first report replaces the stored baseline; each
   later report (and every report with ``--add``) is added as a boot, refused if
   its workload or profile differs. Files are written atomically.
-- ``claims FILE [--root DIR] [--readme README.md [--check]]``: the tuning-claims
+- ``claims FILE [--root DIR] [--readme docs/results.md [--check]]``: the tuning-claims
   table (``report.claims``), each advice judged from the committed A/B report it
   cites; ``--readme`` rewrites the file's ``<!-- claims -->`` block, ``--check``
   exits 1 when that block no longer matches the results.

@@ -1,6 +1,7 @@
-"""The README's reference tables, generated from the code so that they cannot drift.
+"""The reference tables (``docs/reference.md``), generated from the code so that they cannot
+drift.
 
-``python -m pytest_vllm_perf.reference README.md`` rewrites every block between
+``python -m pytest_vllm_perf.reference docs/reference.md`` rewrites every block between
 ``<!-- reference:NAME -->`` and ``<!-- /reference:NAME -->``; ``--check`` exits 1
 when a block is stale, and ``tests/unit/test_reference.py`` runs that check.
 """

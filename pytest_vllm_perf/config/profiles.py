@@ -42,7 +42,7 @@ EngineValue = str | int | float | bool | list[Any] | dict[str, Any] | None
 # Engine settings that only mean something on a GPU; the CPU engine ignores them by design.
 GPU_ONLY_KEYS = frozenset({"gpu_memory_utilization"})
 
-# What the CPU engine needs to start at all on a small shared machine (see README):
+# What the CPU engine needs to start at all on a small shared machine (README, "Profiles"):
 # eager mode boots in seconds, and an explicit KV size stops vLLM reserving 92% of RAM.
 CPU_DEFAULTS: Mapping[str, EngineValue] = {
     "enforce_eager": True,

@@ -11,14 +11,17 @@ quantile summary of TTFT and ITL for tables and plots. Raw per-request samples
 are not stored (a 5-pass baseline of the interference example was 4.9 MB with
 them); ``--vllm-json`` reports keep every figure of a run. Several boots can be
 kept (``--vllm-add-boot``), so the verdict learns how much boots differ.
-pytest-benchmark supplies the machine and commit info.
+Each boot records the machine (CPU, Python, OS) and the git commit it ran from.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import platform
 import re
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -341,20 +344,56 @@ def merge_boots(stored: Mapping[str, Any], fresh: Mapping[str, Any], path: Path)
 
 
 def _machine_info() -> dict[str, Any]:
-    from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
-
-    info = dict(pytest_benchmark_generate_machine_info())  # type: ignore[no-untyped-call]
-    cpu = info.get("cpu", {})
-    info["cpu"] = {k: cpu.get(k) for k in ("brand_raw", "count", "arch", "hz_advertised_friendly")}
-    info.pop("node", None)  # the host name says nothing about performance
-    return info
+    """What ran the client: CPU, Python and OS (the host name is left out: it says
+    nothing about performance). pytest-benchmark once supplied this; it is no longer a
+    dependency, since this was all it did for us and it added 46 options to --help."""
+    brand = platform.processor()
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        brand = next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in cpuinfo.splitlines()
+                if ln.startswith("model name")
+            ),
+            brand,
+        )
+    except OSError:
+        pass
+    return {
+        "cpu": {"brand_raw": brand or None, "count": os.cpu_count(), "arch": platform.machine()},
+        "machine": platform.machine(),
+        "python_implementation": platform.python_implementation(),
+        "python_version": platform.python_version(),
+        "release": platform.release(),
+        "system": platform.system(),
+    }
 
 
 def _commit_info() -> dict[str, Any]:
-    from pytest_benchmark.utils import get_commit_info
+    """The git commit the run came from: id, branch, whether the tree had changes, and the
+    commit time; ``None`` values outside a git checkout or without git."""
 
-    info = dict(get_commit_info())  # type: ignore[no-untyped-call]
-    return {k: info.get(k) for k in ("id", "branch", "dirty", "time")}
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(  # noqa: S603 - fixed argv, no shell
+                ["git", *args],  # noqa: S607 - git from PATH, as a user runs it
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "id": git("rev-parse", "HEAD"),
+        "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+        "dirty": None if status is None else bool(status),
+        "time": git("show", "-s", "--format=%cI", "HEAD"),
+    }
 
 
 def _plugin_version() -> str:

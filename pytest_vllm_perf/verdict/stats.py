@@ -200,7 +200,7 @@ def _by_class(workload: Workload, passes: Sequence[PassRecord]) -> dict[str, flo
 # the API server sent chunks it had queued together. On two shared CPU cores a
 # starved boot streamed with ITL p50 0.0 ms and TTFT p50 891 ms, where a healthy one
 # had 2.8 ms and 12 ms, and its per-chunk ITL and TPOT made the healthy boot look
-# x1.85-x2.20 slower (README, "Results on the CPU engine").
+# x1.85-x2.20 slower (docs/results.md, "Results on the CPU engine").
 BURST_GAP_S: Final = 0.0002
 BURST_MIN_GAPS: Final = 20
 PER_CHUNK: Final = ("itl", "tpot")

@@ -1,11 +1,11 @@
-"""The options reference in the README matches what ``pytest --help`` offers."""
+"""The options reference (docs/reference.md) matches what ``pytest --help`` offers."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
 
 
 def test_options_reference_matches_pytest_help(pytester):
@@ -17,3 +17,11 @@ def test_options_reference_matches_pytest_help(pytester):
     documented_ini = set(re.findall(r"`(vllm_[a-z_]+)`", block))
     assert offered and offered == documented
     assert ini and ini == documented_ini
+
+
+def test_help_shows_no_option_the_plugin_does_not_need(pytester):
+    """pytest-benchmark was a dependency for machine info alone, and added 46
+    ``--benchmark-*`` lines to every user's ``--help`` (issue 25); nothing of it is left."""
+    help_text = pytester.runpytest("--help").stdout.str()
+    assert "--vllm-profile" in help_text
+    assert "--benchmark" not in help_text

@@ -1,0 +1,68 @@
+"""The README is a user's guide that states each figure once: a figure in the README must
+be the one a document under ``docs/`` states (with the command that made it), the
+statements that restate a constant of the code agree with it, and every relative link
+reaches a file and a heading that exist."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_vllm_perf.verdict import compare
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+# ratios (x0.431), durations, sizes and shares, as the documents write them
+FIGURE = re.compile(r"\bx\d+\.\d+|\b\d+(?:\.\d+)? ?(?:GPU minutes|minutes|min|ms|s|%|KB|MB|GB)\b")
+LINK = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]+))?\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return {_slug(m) for m in re.findall(r"^#+ (.+)$", text, re.MULTILINE)}
+
+
+def test_readme_is_under_25_kb():
+    assert len(README.read_bytes()) < 25_000
+
+
+def test_every_figure_in_the_readme_is_one_the_docs_state():
+    docs = "\n".join(p.read_text(encoding="utf-8") for p in DOCS)
+    figures = set(FIGURE.findall(README.read_text(encoding="utf-8")))
+    assert figures  # the check sees the README's figures at all
+    missing = sorted(f for f in figures if f not in docs)
+    assert not missing, f"README figures no document under docs/ states: {missing}"
+
+
+def test_the_pairs_a_verdict_needs_are_stated_as_the_code_has_them():
+    text = (ROOT / "docs" / "verdicts.md").read_text(encoding="utf-8")
+    text = re.sub(r"\s+", " ", text)
+    one = re.findall(r"(\d+) for one gated metric", text)
+    up_to = re.findall(r"(\d+) for up to (\d+)", text)
+    assert one and len(up_to) >= 2, "docs/verdicts.md no longer states the pairs a verdict needs"
+    assert {int(n) for n in one} == {compare.min_pairs(1)}
+    for pairs, gated in up_to:
+        assert int(pairs) == compare.min_pairs(int(gated)), f"{pairs} for up to {gated}"
+
+
+@pytest.mark.parametrize("doc", [README, *DOCS], ids=lambda p: p.name)
+def test_relative_links_reach_a_file_and_a_heading(doc):
+    broken = []
+    for target, anchor in LINK.findall(doc.read_text(encoding="utf-8")):
+        if target.startswith(("http:", "https:", "mailto:")):
+            continue
+        path = (doc.parent / target).resolve() if target else doc
+        if not path.exists():
+            broken.append(f"{target} (no such file)")
+        elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+            broken.append(f"{target}#{anchor} (no such heading)")
+    assert not broken, f"{doc.name}: {broken}"
