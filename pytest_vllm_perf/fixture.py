@@ -83,9 +83,9 @@ class PerfFixture:
     def _marker(self) -> Mapping[str, Any]:
         return marker_of(self._node)
 
-    def workload(self, spec: str | Workload | None = None, **overrides: Any) -> Workload:
+    def workload(self, workload: str | Workload | None = None, **overrides: Any) -> Workload:
         """The workload this test runs: argument, else marker, else ``mixed``; with overrides."""
-        return _reported(lambda: self._workload(spec, overrides))
+        return _reported(lambda: self._workload(workload, overrides))
 
     def _workload(self, spec: str | Workload | None, overrides: Mapping[str, Any]) -> Workload:
         marker = dict(self._marker)
@@ -95,7 +95,7 @@ class PerfFixture:
 
     def run(
         self,
-        spec: str | Workload | None = None,
+        workload: str | Workload | None = None,
         *,
         thresholds: Mapping[str, float] | None = None,
         tolerances: Mapping[str, float] | None = None,
@@ -103,9 +103,13 @@ class PerfFixture:
         gate: Sequence[str] = (),
         **overrides: Any,
     ) -> Outcome:
-        """Measure, check thresholds and the baseline; fail listing everything that broke."""
+        """Measure, check thresholds and the baseline; fail listing everything that broke.
+
+        ``workload``: a built-in name, a YAML file beside the test or a ``Workload``,
+        positionally or as ``workload=`` (the marker's keyword); else the marker's.
+        """
         outcome = _reported(
-            lambda: self._run(spec, thresholds, tolerances, repeat, gate, overrides)
+            lambda: self._run(workload, thresholds, tolerances, repeat, gate, overrides)
         )
         self._collect(outcome)
         self.outcomes.append(outcome)

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
+from pytest_vllm_perf.core import yamlfile
 from pytest_vllm_perf.core.errors import ProfileError, ThresholdError
 from pytest_vllm_perf.core.registry import threshold_target, validate_tolerances
 
@@ -157,10 +156,7 @@ def _listing(folders: tuple[Path, ...]) -> str:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{path}: malformed YAML: {exc}") from exc
+    raw = yamlfile.load(path, ProfileError, "the profile")
     if raw is None:
         return {}
     if not isinstance(raw, dict):

@@ -16,8 +16,7 @@ import difflib
 from pathlib import Path
 from typing import Final
 
-import yaml
-
+from pytest_vllm_perf.core import yamlfile
 from pytest_vllm_perf.core.errors import WorkloadError
 from pytest_vllm_perf.core.workload import RequestClass, Workload, from_dict
 
@@ -26,12 +25,7 @@ __all__ = ["NAMED", "load_file", "named"]
 
 def load_file(path: Path) -> Workload:
     """A workload from a YAML file."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise WorkloadError(f"{path}: cannot read workload file: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise WorkloadError(f"{path}: malformed YAML: {exc}") from exc
+    data = yamlfile.load(path, WorkloadError, "workload file")
     if not isinstance(data, dict):
         raise WorkloadError(f"{path}: a workload is a mapping")
     data.setdefault("name", path.stem)

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
+from pytest_vllm_perf.core import yamlfile
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import MetricVerdict, Verdict
 from pytest_vllm_perf.core.registry import default_tolerances
@@ -87,10 +86,7 @@ class ClaimRow:
 
 def load(path: Path) -> list[Claim]:
     """The claims of a YAML file; a BaselineError names the file and the bad key."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise BaselineError(f"{path}: cannot read the claims file: {exc}") from None
+    data = yamlfile.load(path, BaselineError, "the claims file")
     entries = data.get("claims") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise BaselineError(f"{path}: expected a mapping with a 'claims' list")

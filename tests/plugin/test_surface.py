@@ -83,6 +83,37 @@ def test_bad_profile_file_names_file_and_key(perf_project):
     result.stderr.fnmatch_lines(["*typo.yaml: unknown key 'threshold'*"])
 
 
+def test_broken_default_profile_is_one_line_before_any_request(perf_project, fake_vllm):
+    """The default profile is read when a perf test is selected (not at start-up: a
+    project's other test runs need none), and a broken one is a usage error of one line,
+    FILE:LINE:COLUMN. Broken on purpose (the collection check removed), the test errors
+    at its fixture with PyYAML's multi-line message after the session started."""
+    (perf_project.path / "profiles" / "default.yaml").write_text("engine: [1, 2\n")
+    perf_project.makepyfile(PERF_TEST % "{}")
+    result = run(perf_project, fake_vllm.url)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [ln for ln in result.stderr.lines if ln.startswith("ERROR:")]
+    assert errors == [
+        f"ERROR: {perf_project.path / 'profiles' / 'default.yaml'}:2:1: malformed YAML: "
+        "expected ',' or ']', but got '<stream end>' (while parsing a flow sequence)"
+    ]
+    assert fake_vllm.requests == []
+
+
+def test_run_takes_the_workload_as_the_marker_does(perf_project, fake_vllm):
+    """``vllm_perf.run(workload="decode")``, the marker's keyword, is the workload (it
+    was taken for an override field, and failed after the boot)."""
+    perf_project.makepyfile(
+        """
+        def test_kw(vllm_perf):
+            outcome = vllm_perf.run(workload="decode", duration_s=1, warmup_requests=1,
+                                    chat={"users": 2, "output_tokens": 8})
+            assert outcome.result.workload.name == "decode"
+        """
+    )
+    run(perf_project, fake_vllm.url).assert_outcomes(passed=1)
+
+
 def test_profiles_dir_ini_twin(perf_project, fake_vllm):
     (perf_project.path / "profiles").rename(perf_project.path / "tuning")
     perf_project.makeini("[pytest]\nvllm_profiles_dir = tuning\n")
