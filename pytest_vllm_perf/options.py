@@ -381,6 +381,11 @@ class Settings:
             found = _ab_rev(values["vllm_ab_rev"], settings.profiles_dir)
             settings = dataclasses.replace(settings, **found)
         if settings.ab:
+            if settings.url is not None:
+                raise pytest.UsageError(
+                    "--vllm-url measures one server you started, and one server cannot be "
+                    "both sides of an A/B run: drop --vllm-url, and each side boots its profile"
+                )
             if mode is not SaveMode.COMPARE:
                 raise pytest.UsageError(
                     "--vllm-ab compares two live sides and stores nothing: "

@@ -44,6 +44,16 @@ def run(project, fake, *args):
     )
 
 
+def run_ab(project, fake, monkeypatch, *args, profile="p", repeat=PASSES):
+    """An A/B run whose sides (profiles resolved as for a user) both measure the fake
+    server: ``--vllm-url`` cannot serve as both sides, so tests.fake_sides swaps the pool."""
+    monkeypatch.setenv("FAKE_VLLM_URL", fake.url)
+    return project.runpytest_inprocess(
+        "-p", "tests.fake_sides", f"--vllm-profile={profile}", "-p", "no:cacheprovider",
+        f"--vllm-repeat={repeat}", *args,
+    )  # fmt: skip
+
+
 def stored(project) -> list:
     return sorted((project.path / ".vllm-perf").rglob("*.json"))
 
@@ -349,10 +359,10 @@ def test_add_boot_keeps_earlier_boots_and_the_verdict_says_so(project, fake_vllm
     assert both.ret == pytest.ExitCode.USAGE_ERROR
 
 
-def test_ab_mode_compares_two_sides_without_a_stored_baseline(project, fake_vllm):
+def test_ab_mode_compares_two_sides_without_a_stored_baseline(project, fake_vllm, monkeypatch):
     """Both sides measure the same fake server here (A/A through the plugin surface);
     tests/engine/test_engine_gate.py runs A/B between two real servers."""
-    result = run(project, fake_vllm, "--vllm-ab=default", "-s")
+    result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab=default", "-s")
     result.assert_outcomes(passed=1)
     out = result.stdout.str()
     assert "A/B pass 1/6 base (default)" in out and "A/B pass 1/6 candidate (p)" in out
@@ -364,11 +374,13 @@ def test_ab_mode_compares_two_sides_without_a_stored_baseline(project, fake_vllm
     result.stdout.re_match_lines([r".*::test_perf\s+p\s.*pass\s+(unchanged|inconclusive|improved)"])
 
 
-def test_sequential_ab_runs_the_sides_in_blocks_and_says_so(project, fake_vllm):
+def test_sequential_ab_runs_the_sides_in_blocks_and_says_so(project, fake_vllm, monkeypatch):
     """--vllm-ab-mode=sequential: one side at a time on one slot, blocks CBBC, pass k
     paired with pass k, and the note says how the sides ran. Broken on purpose (the
     plugin ignoring the mode), the passes alternate ABBA and the order check fails."""
-    result = run(project, fake_vllm, "--vllm-ab=default", "--vllm-ab-mode=sequential", "-s")
+    result = run_ab(
+        project, fake_vllm, monkeypatch, "--vllm-ab=default", "--vllm-ab-mode=sequential", "-s"
+    )
     result.assert_outcomes(passed=1)
     order = re.findall(
         r"A/B pass (\d)/6 (base|candidate) \((?:default|p)\): starting", result.stdout.str()
@@ -383,14 +395,20 @@ def test_sequential_ab_runs_the_sides_in_blocks_and_says_so(project, fake_vllm):
     assert "regressed" not in result.stdout.str()
 
 
-def test_ab_mode_usage_errors(project, fake_vllm):
-    result = run(project, fake_vllm, "--vllm-ab=nosuch")
+def test_ab_mode_usage_errors(project, fake_vllm, monkeypatch):
+    result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab=nosuch")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unknown vLLM profile 'nosuch'*"])
-    result = run(project, fake_vllm, "--vllm-ab=default", "--vllm-save-baseline")
+    result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab=default", "--vllm-save-baseline")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--vllm-ab compares two live sides and stores nothing*"])
-    result = run(project, fake_vllm, "--vllm-ab=default@no-such-venv")
+    # one server someone started cannot be both sides; found before any request
+    result = run(project, fake_vllm, "--vllm-ab=default")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert fake_vllm.requests == []
+    [line] = [ln for ln in result.stderr.lines if ln.startswith("ERROR:")]
+    assert "--vllm-url measures one server you started" in line
+    result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab=default@no-such-venv")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*--vllm-ab 'default@no-such-venv': expected PROFILE@VENV*no-such-venv is not an exec*"]
@@ -456,7 +474,7 @@ def _git(project, *args):
     )  # fmt: skip
 
 
-def test_ab_rev_judges_each_profile_against_itself_at_a_revision(project, fake_vllm):
+def test_ab_rev_judges_each_profile_against_itself_at_a_revision(project, fake_vllm, monkeypatch):
     """--vllm-ab-rev reads the profiles as committed at REV with git (nothing checked
     out); a profile REV lacks is judged against default, and the note says so. Both
     sides measure the one fake server here: the mechanism; the engine tests run it."""
@@ -464,7 +482,7 @@ def test_ab_rev_judges_each_profile_against_itself_at_a_revision(project, fake_v
     _git(project, "add", "-A")
     _git(project, "commit", "-q", "-m", "base")
     (project.path / "profiles" / "p.yaml").write_text("extends: default\nengine: {seed: 7}\n")
-    result = run(project, fake_vllm, "--vllm-ab-rev=HEAD", "--vllm-json=ab.json")
+    result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab-rev=HEAD", "--vllm-json=ab.json")
     result.assert_outcomes(passed=1)
     [found] = json.loads((project.path / "ab.json").read_text())["results"]
     gate = found["baseline"]
@@ -473,9 +491,9 @@ def test_ab_rev_judges_each_profile_against_itself_at_a_revision(project, fake_v
     assert "profile engine.seed (unset) -> 7" in gate["changes"]
     # a profile the revision does not have: judged against default, and said so
     (project.path / "profiles" / "new.yaml").write_text("extends: default\n")
-    fresh = project.runpytest_inprocess(
-        f"--vllm-url={fake_vllm.url}", "--vllm-profile=new", "--vllm-ab-rev=HEAD",
-        "--vllm-repeat=2", "-p", "no:cacheprovider", "--vllm-json=new.json",
+    fresh = run_ab(
+        project, fake_vllm, monkeypatch, "--vllm-ab-rev=HEAD", "--vllm-json=new.json",
+        profile="new", repeat=2,
     )  # fmt: skip
     fresh.assert_outcomes(passed=1)
     [found] = json.loads((project.path / "new.json").read_text())["results"]
@@ -487,15 +505,15 @@ def test_ab_rev_judges_each_profile_against_itself_at_a_revision(project, fake_v
     assert not (project.path / ".vllm-perf").exists()  # an A/B run stores nothing
 
 
-def test_ab_rev_usage_errors(project, fake_vllm):
+def test_ab_rev_usage_errors(project, fake_vllm, monkeypatch):
     _git(project, "init", "-q")
     _git(project, "add", "-A")
     _git(project, "commit", "-q", "-m", "base")
-    bad = run(project, fake_vllm, "--vllm-ab-rev=no-such-rev")
+    bad = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab-rev=no-such-rev")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*--vllm-ab-rev 'no-such-rev': not a commit of*"])
-    both = run(project, fake_vllm, "--vllm-ab-rev=HEAD", "--vllm-ab=default")
+    both = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab-rev=HEAD", "--vllm-ab=default")
     assert both.ret == pytest.ExitCode.USAGE_ERROR
     both.stderr.fnmatch_lines(["*--vllm-ab and --vllm-ab-rev exclude each other*"])
-    saving = run(project, fake_vllm, "--vllm-ab-rev=HEAD", "--vllm-save-baseline")
+    saving = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab-rev=HEAD", "--vllm-save-baseline")
     assert saving.ret == pytest.ExitCode.USAGE_ERROR
