@@ -45,21 +45,20 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from pytest_vllm_perf.config import workloads  # noqa: E402
-from pytest_vllm_perf.config.profiles import load  # noqa: E402
-from pytest_vllm_perf.core.records import Verdict  # noqa: E402
-from pytest_vllm_perf.core.registry import (  # noqa: E402
+from pytest_vllm_perf.config import workloads
+from pytest_vllm_perf.config.profiles import load
+from pytest_vllm_perf.core.records import Verdict
+from pytest_vllm_perf.core.registry import (
     COMPARED,
     METRICS,
     default_tolerances,
     from_bench_serve_key,
 )
-from pytest_vllm_perf.measure import measure  # noqa: E402
-from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool  # noqa: E402
-from pytest_vllm_perf.verdict import compare  # noqa: E402
+from pytest_vllm_perf.measure import measure
+from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
+from pytest_vllm_perf.verdict import compare
+
+ROOT = Path(__file__).resolve().parent.parent
 
 RESULTS = ROOT / "bench" / "results"
 # The changes each test must catch: x1.1 on steady decode figures, x1.2 on tails.

@@ -50,16 +50,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pytest_vllm_perf import measure
+from pytest_vllm_perf.config import profiles, workloads
+from pytest_vllm_perf.core import atomic
+from pytest_vllm_perf.core.records import Outcome
+from pytest_vllm_perf.core.workload import Workload
+from pytest_vllm_perf.report import text
+from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
 
-from pytest_vllm_perf import measure  # noqa: E402
-from pytest_vllm_perf.config import profiles, workloads  # noqa: E402
-from pytest_vllm_perf.core import atomic  # noqa: E402
-from pytest_vllm_perf.core.records import Outcome  # noqa: E402
-from pytest_vllm_perf.core.workload import Workload  # noqa: E402
-from pytest_vllm_perf.report import text  # noqa: E402
-from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SHOWN = ("request_throughput", "ttft_p50_ms", "ttft_p99_ms", "failed", "num_requests_waiting_peak")
 
@@ -172,7 +171,7 @@ Emit = Callable[[dict[str, Any], list[str]], None]
 
 
 def tokenization(args: argparse.Namespace) -> dict[str, Any]:
-    where = profiles.search_path(ROOT / "profiles")
+    where = profiles.search_path(ROOT / "bench" / "profiles")
     base_profile = profiles.load(args.profile, where)
     pool = _pool(args)
     base_workload = workloads.named("api_server").override({"duration_s": args.duration})
@@ -261,7 +260,7 @@ def _kv_workload(args: argparse.Namespace, name: str, capacity: int | None) -> W
 
 
 def _booted(pool: ServerPool, name: str, slot: str) -> tuple[ServerHandle, float, int | None]:
-    where = profiles.search_path(ROOT / "profiles")
+    where = profiles.search_path(ROOT / "bench" / "profiles")
     started = time.monotonic()
     handle = pool.get(profiles.load(name, where), slot=slot)
     boot_s = time.monotonic() - started

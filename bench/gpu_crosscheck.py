@@ -74,7 +74,7 @@ def main() -> int:
         head = f"`python3 bench/gpu_crosscheck.py {' '.join(sys.argv[1:])}` ({data['seconds']} s)"
         atomic.write_text(args.out / "crosscheck.md", "\n".join([head, "", *lines]) + "\n")
 
-    where = profiles.search_path(ROOT / "profiles")
+    where = profiles.search_path(ROOT / "bench" / "profiles")
     config = PoolConfig(Path(args.cache_dir), preset=args.preset, platform=args.platform,
                         boot_timeout_s=900)  # fmt: skip
     pool = ServerPool(config, say)

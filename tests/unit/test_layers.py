@@ -38,3 +38,31 @@ def test_import_linter_contracts_hold():
     from importlinter.cli import lint_imports
 
     assert lint_imports() == 0
+
+
+def test_the_command_table_imports_a_command_only_when_it_runs():
+    """``python -m pytest_vllm_perf table`` imports what ``cli`` does and nothing that serves:
+    the table names modules, and imports one when its command runs."""
+    modules = imported_by(
+        "from pytest_vllm_perf import __main__ as m; import contextlib, io; "
+        "f = io.StringIO(); r = contextlib.redirect_stdout(f); r.__enter__(); "
+        "m.main(['table', '/nonexistent-store']); r.__exit__(None, None, None)"
+    )
+    assert "pytest_vllm_perf.cli" in modules
+    for layer in ("serving", "load", "measure", "fixture", "plugin", "options", "bisect"):
+        assert not [m for m in modules if m.startswith(f"pytest_vllm_perf.{layer}")], layer
+
+
+def test_the_command_table_runs_each_command_and_refuses_an_unknown_one():
+    from pytest_vllm_perf import __main__ as table
+
+    for name in table.COMMANDS:
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest_vllm_perf", name, "--help"],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0 and "usage:" in out.stdout, (name, out.stderr[-500:])
+    bad = subprocess.run(
+        [sys.executable, "-m", "pytest_vllm_perf", "tabel"], capture_output=True, text=True
+    )
+    assert bad.returncode == 4 and "unknown command 'tabel'" in bad.stderr
