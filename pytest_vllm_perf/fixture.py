@@ -8,6 +8,7 @@ failed test with its message, in one place.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from pytest_vllm_perf import measure
 from pytest_vllm_perf.config import workloads
+from pytest_vllm_perf.core import trace
 from pytest_vllm_perf.core.errors import VllmPerfError
 from pytest_vllm_perf.core.records import Outcome, Progress
 from pytest_vllm_perf.core.registry import threshold_target, validate_tolerances
@@ -200,7 +202,20 @@ def _marker_workload(node: pytest.Item, marker: Mapping[str, Any]) -> Workload:
             base = workloads.named(spec)
     else:
         base = spec
-    return base.override(overrides)
+    return _with_traces(base.override(overrides), Path(node.path).parent)
+
+
+def _with_traces(workload: Workload, folder: Path) -> Workload:
+    """Trace paths resolved beside the test file, and each trace read: a malformed line
+    is a WorkloadError naming the file and the line, found before any boot."""
+    classes = []
+    for cls in workload.classes:
+        if cls.trace:
+            path = Path(cls.trace) if Path(cls.trace).is_absolute() else folder / cls.trace
+            trace.load(path)
+            cls = dataclasses.replace(cls, trace=str(path))
+        classes.append(cls)
+    return dataclasses.replace(workload, classes=tuple(classes))
 
 
 def preflight(node: pytest.Item, settings: Settings) -> list[str]:

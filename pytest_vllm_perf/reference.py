@@ -82,6 +82,9 @@ def metrics_table() -> str:
 
 
 def _class(c: RequestClass) -> str:
+    if c.trace:
+        scale = f", time x{c.time_scale:g}" if c.time_scale != 1 else ""
+        return f"`{c.name}`: replays the trace `{Path(c.trace).name}`{scale}"
     load = f"{c.users} users" if c.users else f"{c.rate:g}/s arrivals"
     text = (", text" if c.text else "") + (", one shared prompt" if c.shared_prompt else "")
     return f"`{c.name}`: {c.prompt_tokens} in, {c.output_tokens} out, {load}{text}"
@@ -109,7 +112,7 @@ def workloads_table() -> str:
     table = _table(header, rows)
     return (
         f"{table}\n\nWorkload fields and defaults: {fields_row}. Class fields: {class_row} "
-        "(exactly one of `users` and `rate`)."
+        "(exactly one of `users`, `rate` and `trace`; a trace sets the token counts)."
     )
 
 

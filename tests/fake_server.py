@@ -19,6 +19,12 @@ class FakeVllm:
     delay_s: float = 0.002
     short_by: int = 0
     preemptions: float = 0.0
+    # a prefix cache that serves every token a prompt shares with the previous prompt
+    # (enough for the counters' arithmetic: vLLM's own is block by block)
+    prefix_cache: bool = False
+    prefix_queries: float = 0.0
+    prefix_hits: float = 0.0
+    _last_prompt: list = field(default_factory=list)
     fail_every: int = 0  # answer every n-th completion with HTTP 500 (0: never)
     stall_every: int = 0  # stop every n-th stream half-way, without closing it (0: never)
     requests: list[dict] = field(default_factory=list)
@@ -48,11 +54,27 @@ class FakeVllm:
             f"{self.preemptions}\n"
             'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25\n'
             'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0\n'
+            + (
+                f'vllm:prefix_cache_queries_total{{engine="0"}} {self.prefix_queries}\n'
+                f'vllm:prefix_cache_hits_total{{engine="0"}} {self.prefix_hits}\n'
+                if self.prefix_cache
+                else ""
+            )
         )
 
     async def complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        prompt = body.get("prompt")
+        if self.prefix_cache and isinstance(prompt, list):
+            shared = 0
+            for a, b in zip(prompt, self._last_prompt, strict=False):
+                if a != b:
+                    break
+                shared += 1
+            self.prefix_queries += len(prompt)
+            self.prefix_hits += shared
+            self._last_prompt = prompt
         count = len(self.requests)
         if self.fail_every and count % self.fail_every == 0:
             return web.Response(status=500, text="Internal Server Error")

@@ -32,6 +32,8 @@ def load_file(path: Path) -> Workload:
     return from_dict(data, str(path))
 
 
+# the shipped synthetic trace (bench/synthetic_trace.py writes it)
+SYNTHETIC_TRACE: Final = str(Path(__file__).resolve().parent.parent / "traces" / "synthetic.jsonl")
 CHAT = RequestClass("chat", prompt_tokens=64, output_tokens=64, users=4)
 
 NAMED: Final[dict[str, Workload]] = {
@@ -111,6 +113,29 @@ NAMED: Final[dict[str, Workload]] = {
             "One long shared document as text, asked about at a steady rate: the prefix "
             "cache serves the prefill, so the GPU idles and the API server's tokenizing "
             "is what TTFT measures. The load api_server_count is meant to relieve."
+        ),
+    ),
+    "multi_turn": Workload(
+        "multi_turn",
+        (RequestClass("chat", prompt_tokens=128, output_tokens=32, users=4, turns=4),),
+        gate=("ttft_p50_ms", "ttft_p99_ms", "output_throughput"),
+        description=(
+            "Users holding conversations of 4 turns, each turn sending the whole history "
+            "plus a new message: the prefix cache serves the history. Watch TTFT by turn "
+            "(chat.turn4.ttft_p50_ms against chat.turn1) and prefix_cache_hit_rate; the "
+            "shipped profile no-prefix-cache turns the cache off."
+        ),
+    ),
+    "trace": Workload(
+        "trace",
+        (RequestClass("requests", trace=SYNTHETIC_TRACE),),
+        ramp_s=0.0,  # the trace's own arrivals: none is left out as ramp-up
+        gate=("ttft_p50_ms", "ttft_p99_ms", "itl_p99_ms"),
+        description=(
+            "Replays a JSON-lines trace of arrivals and lengths (Mooncake format; "
+            "override requests={'trace': 'my.jsonl', 'time_scale': 0.5}). Ships a "
+            "40-request synthetic trace whose shared hash blocks give the prefix cache "
+            "something to find."
         ),
     ),
 }

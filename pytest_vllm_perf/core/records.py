@@ -59,6 +59,7 @@ class RequestRecord:
     output_tokens: int
     expected_output_tokens: int
     error: str | None = None
+    turn: int = 1  # the turn of a conversation this request was (multi-turn classes)
 
     @property
     def ok(self) -> bool:

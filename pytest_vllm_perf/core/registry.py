@@ -185,6 +185,17 @@ def _build() -> dict[str, MetricDef]:
             tolerance=_TOLERANCES["preemptions_per_s"],
             fmt="{:.2f}",
         ),
+        # prompt tokens the prefix cache served, of those looked up (its counters'
+        # deltas over the pass): what multi-turn conversations and shared prefixes reuse
+        MetricDef(
+            "prefix_cache_hit_rate",
+            "prefix hit",
+            "fraction",
+            "server",
+            "counter ratio",
+            higher_is_better=True,
+            fmt="{:.2f}",
+        ),
         MetricDef("kv_cache_usage_peak", "KV peak", "fraction", "server", "peak", fmt="{:.2f}"),
         MetricDef(
             "num_requests_waiting_peak", "waiting peak", "requests", "server", "peak", fmt="{:.0f}"

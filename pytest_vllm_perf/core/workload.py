@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Final, Literal, get_args
 
+from pytest_vllm_perf.core import trace
 from pytest_vllm_perf.core.errors import ThresholdError, WorkloadError
 from pytest_vllm_perf.core.registry import metric
 
@@ -46,21 +47,54 @@ class RequestClass:
     """
 
     name: str
-    prompt_tokens: int
-    output_tokens: int
+    prompt_tokens: int = 0
+    output_tokens: int = 0
     users: int = 0
     rate: float = 0.0
     text: bool = False
     shared_prompt: bool = False
+    # a JSON-lines trace (core.trace) whose arrivals and lengths the class replays,
+    # its clock multiplied by ``time_scale`` (0.5: twice as fast)
+    trace: str = ""
+    time_scale: float = 1.0
+    # closed-loop users hold conversations of this many turns: turn k sends the whole
+    # history (each earlier message and a stand-in reply of output_tokens) plus a new
+    # message of prompt_tokens, so the prefix cache can serve the history
+    turns: int = 1
 
     def __post_init__(self) -> None:
+        if self.turns < 1:
+            raise WorkloadError(f"class {self.name!r}: turns must be >= 1")
+        if self.turns > 1 and (not self.users or self.shared_prompt):
+            raise WorkloadError(
+                f"class {self.name!r}: turns are held by closed-loop users (users > 0), "
+                "each with a conversation of its own (no shared_prompt)"
+            )
+        if self.trace:
+            if self.users or self.rate or self.prompt_tokens or self.output_tokens:
+                raise WorkloadError(
+                    f"class {self.name!r}: a trace sets the arrivals and token counts; "
+                    "leave users, rate, prompt_tokens and output_tokens unset"
+                )
+            if self.shared_prompt:
+                raise WorkloadError(
+                    f"class {self.name!r}: a trace shares prompts through its hash_ids"
+                )
+            if self.time_scale <= 0:
+                raise WorkloadError(f"class {self.name!r}: time_scale must be > 0")
+            return
         if self.prompt_tokens < 1 or self.output_tokens < 1:
             raise WorkloadError(f"class {self.name!r}: token counts must be >= 1")
         if (self.users > 0) == (self.rate > 0):
-            raise WorkloadError(f"class {self.name!r}: set exactly one of users and rate")
+            raise WorkloadError(f"class {self.name!r}: set exactly one of users, rate and trace")
 
 
-LATER_FIELDS: Final[dict[str, object]] = {"shared_prompt": False}
+LATER_FIELDS: Final[dict[str, object]] = {
+    "shared_prompt": False,
+    "trace": "",
+    "time_scale": 1.0,
+    "turns": 1,
+}
 # top-level fields added later: they count in the hash only when set
 LATER_WORKLOAD_FIELDS: Final[dict[str, object]] = {"shape": "steady"}
 
@@ -150,6 +184,8 @@ class Workload:
             for name, default in LATER_FIELDS.items():
                 if cls.get(name) == default:
                     del cls[name]
+            if cls.get("trace"):  # what it replays, wherever the file lies
+                cls["trace"] = trace.digest(cls["trace"])
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
     def override(self, changes: Mapping[str, Any]) -> Workload:

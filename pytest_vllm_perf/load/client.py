@@ -34,6 +34,7 @@ class RequestSpec:
     prompt: list[int] | str
     prompt_tokens: int
     output_tokens: int
+    turn: int = 1
 
 
 @dataclass
@@ -158,4 +159,5 @@ def finish(spec: RequestSpec, state: StreamState, t0: float) -> RequestRecord:
         output_tokens=output,
         expected_output_tokens=spec.output_tokens,
         error=error,
+        turn=spec.turn,
     )

@@ -34,6 +34,7 @@ from typing import Any
 
 import aiohttp
 
+from pytest_vllm_perf.core import trace
 from pytest_vllm_perf.core.records import GaugeReading, PassRecord, Progress, RequestRecord
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.load import client, prompts, scrape
@@ -72,6 +73,8 @@ class _Run:
     dead: bool = False
 
     def spec(self, cls: RequestClass, rng: random.Random) -> client.RequestSpec:
+        if cls.trace:  # a warmup request: the trace's first request's shape
+            return self.trace_spec(cls, trace.load(cls.trace)[0], rng, -1)
         if cls.shared_prompt:  # the same draw every time: the prefix cache serves it
             rng = random.Random(f"{self.workload.seed}:{cls.name}")
         prompt: list[int] | str = (
@@ -81,11 +84,29 @@ class _Run:
         )
         return client.RequestSpec(cls.name, prompt, cls.prompt_tokens, cls.output_tokens)
 
-    async def one(self, cls: RequestClass, rng: random.Random) -> None:
+    def trace_spec(
+        self, cls: RequestClass, req: trace.TraceRequest, rng: random.Random, seed: int
+    ) -> client.RequestSpec:
+        """A traced request: its hash blocks drawn from seeds of (pass, block id), so
+        requests of one pass that share a block share its tokens, and the rest drawn
+        fresh; a pass does not reuse the previous pass's blocks (a copy would hit the
+        prefix cache that pass filled)."""
+        ids: list[int] = []
+        for block in req.hash_ids:
+            if len(ids) >= req.input_tokens:
+                break
+            n = min(trace.BLOCK_TOKENS, req.input_tokens - len(ids))
+            ids += self.factory.ids(n, random.Random(f"{seed}:{cls.name}:{block}"))
+        ids += self.factory.ids(req.input_tokens - len(ids), rng)
+        return client.RequestSpec(cls.name, ids, req.input_tokens, req.output_tokens)
+
+    async def one(
+        self, cls: RequestClass, rng: random.Random, spec: client.RequestSpec | None = None
+    ) -> None:
         self.inflight += 1
         try:
             record = await client.send(
-                self.session, self.base_url, self.model, self.spec(cls, rng), self.t0
+                self.session, self.base_url, self.model, spec or self.spec(cls, rng), self.t0
             )
         finally:
             self.inflight -= 1
@@ -97,8 +118,48 @@ class _Run:
 
     async def user(self, cls: RequestClass, rng: random.Random, delay_s: float) -> None:
         await asyncio.sleep(delay_s)
+        if cls.turns > 1:
+            await self.conversations(cls, rng)
+            return
         while time.perf_counter() < self.deadline:
             await self.one(cls, rng)
+
+    async def conversations(self, cls: RequestClass, rng: random.Random) -> None:
+        """Conversations of ``cls.turns`` turns, back to back: turn k sends the history
+        (each earlier message and a stand-in reply of ``output_tokens`` ids drawn from
+        the same pool: the model's own reply is not known as ids) plus a new message.
+        vLLM's prefix cache can serve every full block of the earlier turns."""
+        while time.perf_counter() < self.deadline:
+            ids: list[int] = []  # the history, as token ids
+            words = ""  # or as text (cls.text)
+            for turn in range(1, cls.turns + 1):
+                if time.perf_counter() >= self.deadline:
+                    return
+                spec: client.RequestSpec
+                if cls.text:
+                    words = f"{words} {self.factory.text(cls.prompt_tokens, rng)}".strip()
+                    tokens = round(len(words.split()) * self.factory.tokens_per_word)
+                    spec = client.RequestSpec(cls.name, words, tokens, cls.output_tokens, turn)
+                    await self.one(cls, rng, spec)
+                    words = f"{words} {self.factory.text(cls.output_tokens, rng)}"
+                else:
+                    ids = ids + self.factory.ids(cls.prompt_tokens, rng)
+                    spec = client.RequestSpec(cls.name, ids, len(ids), cls.output_tokens, turn)
+                    await self.one(cls, rng, spec)
+                    ids = ids + self.factory.ids(cls.output_tokens, rng)
+
+    async def replay(self, cls: RequestClass, rng: random.Random, seed: int) -> None:
+        """Send the trace's requests at their recorded times (scaled), until the deadline."""
+        start = time.perf_counter()
+        tasks: list[asyncio.Task[None]] = []
+        for req in trace.load(cls.trace):
+            at = start + req.arrival_s * cls.time_scale
+            if at >= self.deadline:
+                break
+            await asyncio.sleep(max(0.0, at - time.perf_counter()))
+            spec = self.trace_spec(cls, req, random.Random(rng.random()), seed)
+            tasks.append(asyncio.create_task(self.one(cls, rng, spec)))
+        await asyncio.gather(*tasks)
 
     async def arrivals(self, cls: RequestClass, rng: random.Random) -> None:
         tasks: list[asyncio.Task[None]] = []
@@ -217,10 +278,14 @@ def _counter_deltas(
     it, rather than losing the counter), absent when the server exports none."""
     if before is None or after is None:
         return {"preemptions": math.nan}
-    b, a = scrape.preemptions(before), scrape.preemptions(after)
-    if b is None or a is None:
-        return {} if b is None and a is None else {"preemptions": math.nan}
-    return {"preemptions": a - b}
+    out = {}
+    for key, names in scrape.COUNTERS.items():
+        b, a = scrape.first(before, names), scrape.first(after, names)
+        if b is not None and a is not None:
+            out[key] = a - b
+        elif b is not None or a is not None:
+            out[key] = math.nan
+    return out
 
 
 def overload(workload: Workload, records: tuple[RequestRecord, ...]) -> str:
@@ -232,7 +297,7 @@ def overload(workload: Workload, records: tuple[RequestRecord, ...]) -> str:
     first third's.
     """
     for cls in workload.classes:
-        if not cls.rate:
+        if not cls.rate and not cls.trace:  # closed-loop users wait: no queue grows
             continue
         ttfts = [
             r.ttft if r.ttft is not None else float("inf") for r in records if r.cls == cls.name
@@ -274,6 +339,8 @@ async def _drive(state: _Run, seed: int) -> None:
                 state.user(cls, random.Random(rng.random()), ramp * j / cls.users)
                 for j in range(cls.users)
             ]  # bench-serve's ramp is 0: every user starts at once
+        elif cls.trace:
+            jobs.append(state.replay(cls, random.Random(rng.random()), seed))
         else:
             jobs.append(state.arrivals(cls, random.Random(rng.random())))
     await asyncio.gather(*jobs)

@@ -1,4 +1,5 @@
-"""Read the server's Prometheus ``/metrics``: preemptions, KV usage, queue depth.
+"""Read the server's Prometheus ``/metrics``: preemptions, prefix-cache lookups, KV usage,
+queue depth.
 
 vLLM logs no line per preemption, so the counter's delta is the only honest
 count; it is read at every pass boundary, so each pass has its own count. KV
@@ -20,13 +21,33 @@ from typing import Final
 
 from pytest_vllm_perf.core.records import GaugeReading
 
-__all__ = ["KV_USAGE", "PREEMPTIONS", "WAITING", "GaugeSampler", "first", "parse", "scrape"]
+__all__ = [
+    "COUNTERS",
+    "KV_USAGE",
+    "PREEMPTIONS",
+    "PREFIX_HITS",
+    "PREFIX_QUERIES",
+    "WAITING",
+    "GaugeSampler",
+    "first",
+    "parse",
+    "scrape",
+]
 
 # Names moved across releases; the first one a server exports is used.
 PREEMPTIONS: Final = ("vllm:num_preemptions_total", "vllm:num_preemptions")
 KV_USAGE: Final = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 WAITING: Final = ("vllm:num_requests_waiting",)
-WANTED: Final = frozenset(PREEMPTIONS + KV_USAGE + WAITING)
+# prompt tokens looked up in the prefix cache, and those found (V1 counters)
+PREFIX_QUERIES: Final = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+PREFIX_HITS: Final = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+WANTED: Final = frozenset(PREEMPTIONS + KV_USAGE + WAITING + PREFIX_QUERIES + PREFIX_HITS)
+# the counters read at every pass boundary: the name a pass's delta is kept under
+COUNTERS: Final = {
+    "preemptions": PREEMPTIONS,
+    "prefix_cache_queries": PREFIX_QUERIES,
+    "prefix_cache_hits": PREFIX_HITS,
+}
 
 
 def parse(text: str, wanted: Iterable[str] | None = None) -> dict[str, float]:
@@ -72,10 +93,6 @@ def scrape(base_url: str, timeout_s: float = 5.0) -> dict[str, float] | None:
             return parse(resp.read().decode("utf-8", "replace"), WANTED)
     except (urllib.error.URLError, OSError, ValueError):
         return None
-
-
-def preemptions(values: Mapping[str, float]) -> float | None:
-    return first(values, PREEMPTIONS)
 
 
 class GaugeSampler:

@@ -248,6 +248,42 @@ def pass_metrics(workload: Workload, p: PassRecord) -> dict[str, float]:
     if "preemptions" in p.counters:
         out["preemptions"] = p.counters["preemptions"]
         out["preemptions_per_s"] = p.counters["preemptions"] / p.counted_s
+    out.update(_prefix_hit_rate((p,)))
+    return out
+
+
+def _prefix_hit_rate(passes: Sequence[PassRecord]) -> dict[str, float]:
+    """Prompt tokens the prefix cache served over those looked up, over ``passes``
+    (absent when the server exports no prefix-cache counters; 0 when it looked nothing
+    up, as with prefix caching off: nothing was served from the cache)."""
+    keys = ("prefix_cache_queries", "prefix_cache_hits")
+    if not passes or not all(k in p.counters for p in passes for k in keys):
+        return {}
+    queries = sum(p.counters["prefix_cache_queries"] for p in passes)
+    hits = sum(p.counters["prefix_cache_hits"] for p in passes)
+    if math.isnan(queries) or math.isnan(hits):  # a read failed: never 0 by accident
+        return {"prefix_cache_hit_rate": math.nan}
+    return {"prefix_cache_hit_rate": hits / queries if queries > 0 else 0.0}
+
+
+def _by_turn(workload: Workload, passes: Sequence[PassRecord]) -> dict[str, float]:
+    """TTFT by turn of each multi-turn class: ``chat.turn2.ttft_p50_ms`` (reported: the
+    prefix cache shows as later turns' TTFT staying near the first's)."""
+    out: dict[str, float] = {}
+    for cls in workload.classes:
+        if cls.turns < 2:
+            continue
+        for turn in range(1, cls.turns + 1):
+            ttft = [
+                r.ttft if r.ttft is not None else math.inf
+                for p in passes
+                for r in p.records
+                if r.cls == cls.name and r.turn == turn
+            ]
+            if ttft:
+                for q in (50, 99):
+                    value = float(np.percentile(ttft, q)) * 1000
+                    out[f"{cls.name}.turn{turn}.ttft_p{q}_ms"] = value
     return out
 
 
@@ -270,5 +306,7 @@ def measure_metrics(
         out["preemptions"] = float(sum(counts))
         seconds = sum(p.counted_s for p in passes)
         out["preemptions_per_s"] = out["preemptions"] / seconds if seconds > 0 else math.nan
+    out.update(_prefix_hit_rate(passes))
+    out.update(_by_turn(workload, passes))
     out.update(server)
     return out

@@ -121,4 +121,7 @@ def test_unknown_profile_lists_the_shipped_ones(installed):
     result = run(installed, "--vllm-profile=nosuch")
     assert result.returncode == 4, result.stdout + result.stderr
     assert "unknown vLLM profile 'nosuch'" in result.stderr
-    assert "shipped: api-servers-2, chunked, default, roomy-kv, small-kv, tuned" in result.stderr
+    assert (
+        "shipped: api-servers-2, chunked, default, no-prefix-cache, roomy-kv, small-kv, tuned"
+        in result.stderr
+    )

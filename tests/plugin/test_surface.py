@@ -53,7 +53,7 @@ def test_unknown_profile_is_a_usage_error(perf_project):
     result.stderr.fnmatch_lines(
         [
             f"*unknown vLLM profile 'nosuch'; available: */profiles: {mine}; "
-            "shipped: api-servers-2, chunked, default, roomy-kv, small-kv, tuned"
+            "shipped: api-servers-2, chunked, default, no-prefix-cache, roomy-kv, small-kv, tuned"
         ]
     )
 
@@ -111,6 +111,33 @@ def test_run_takes_the_workload_as_the_marker_does(perf_project, fake_vllm):
             assert outcome.result.workload.name == "decode"
         """
     )
+    run(perf_project, fake_vllm.url).assert_outcomes(passed=1)
+
+
+def test_a_malformed_trace_line_is_a_usage_error_naming_it(perf_project, fake_vllm):
+    """A trace beside the test, named in the marker: a bad line exits 4 with FILE:LINE,
+    before any request (issue 26); the same trace fixed runs."""
+    path = perf_project.path / "my.jsonl"
+    good = '{"timestamp": 0, "input_length": 16, "output_length": 2}\n'
+    path.write_text(good + '{"timestamp": 10, "input_length": 16}\n')
+    perf_project.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.vllm_perf(workload="trace", duration_s=1, warmup_requests=1,
+                               requests={"trace": "my.jsonl", "time_scale": 0.1})
+        def test_replay(vllm_perf):
+            outcome = vllm_perf.run()
+            assert outcome.result.metrics["completed"] == 2
+        """
+    )
+    result = run(perf_project, fake_vllm.url)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert fake_vllm.requests == []
+    result.stderr.fnmatch_lines(
+        [f"*test_replay: vllm_perf marker workload: {path}:2: missing output_length"]
+    )
+    path.write_text(good * 2)
     run(perf_project, fake_vllm.url).assert_outcomes(passed=1)
 
 

@@ -47,4 +47,4 @@ def test_sampler_reads_in_its_own_thread(fake_vllm):
         time.sleep(0.3)
     assert len(sampler.readings) >= 2
     assert sampler.readings[0].kv_cache_usage == 0.25
-    assert metrics.preemptions(metrics.scrape(fake_vllm.url)) == 0.0
+    assert metrics.first(metrics.scrape(fake_vllm.url), metrics.PREEMPTIONS) == 0.0

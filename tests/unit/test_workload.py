@@ -27,7 +27,7 @@ def test_unknown_override_names_choices():
 
 
 def test_class_needs_exactly_one_arrival_mode():
-    with pytest.raises(WorkloadError, match="exactly one of users and rate"):
+    with pytest.raises(WorkloadError, match="exactly one of users, rate and trace"):
         RequestClass("x", 10, 10, users=1, rate=1.0)
 
 
