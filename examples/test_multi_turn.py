@@ -2,7 +2,7 @@
 
 Each closed-loop user holds conversations of four turns; turn k sends everything said
 so far plus a new message. With vLLM's automatic prefix caching (its default) the
-history's full blocks come from the cache, so most prompt tokens are hits; the shipped
+history's full blocks come from the cache, so over half the prompt tokens are hits; the shipped
 profile ``no-prefix-cache`` turns it off, and every turn prefills its whole history.
 The two tests are pinned to those profiles by their markers, as the preemption pair is.
 """
@@ -24,7 +24,10 @@ def test_history_comes_from_the_prefix_cache(vllm_perf):
     outcome = vllm_perf.run(thresholds=LIMITS[platform], **LOAD[platform])
     metrics = outcome.result.metrics
     assert metrics["chat.turn4.ttft_p50_ms"] > 0  # conversations reached their last turn
-    assert metrics["prefix_cache_hit_rate"] > 0.5
+    # the ceiling is about 0.59: turn 1 is all misses, and each later turn can hit only
+    # the previous prompt's full blocks (the stand-in reply differs from the model's);
+    # the CPU engine measured 0.55 (docs/results.md), with caching off 0.0
+    assert metrics["prefix_cache_hit_rate"] > 0.4
 
 
 @pytest.mark.vllm_perf(workload="multi_turn", profile="no-prefix-cache")

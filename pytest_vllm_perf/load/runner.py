@@ -149,8 +149,10 @@ class _Run:
                     ids = ids + self.factory.ids(cls.output_tokens, rng)
 
     async def replay(self, cls: RequestClass, rng: random.Random, seed: int) -> None:
-        """Send the trace's requests at their recorded times (scaled), until the deadline."""
-        start = time.perf_counter()
+        """Send the trace's requests at their recorded times (scaled) from the pass's
+        start, those scheduled before its deadline (a late event loop sends them late,
+        never drops them)."""
+        start = self.deadline - self.workload.duration_s
         tasks: list[asyncio.Task[None]] = []
         for req in trace.load(cls.trace):
             at = start + req.arrival_s * cls.time_scale

@@ -7,9 +7,12 @@ import time
 
 import pytest
 
-from pytest_vllm_perf.config import workloads
+from pytest_vllm_perf.config import profiles, workloads
+from pytest_vllm_perf.core import trace
 from pytest_vllm_perf.measure import measure
+from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
 from pytest_vllm_perf.verdict import thresholds
+from tests.conftest import REPO
 from tests.real_engine import require_engine, start_pytest, tagged_processes, vllm_processes
 
 pytestmark = pytest.mark.engine
@@ -51,7 +54,9 @@ def test_workload_measures_real_tokens(real_server):
         assert 1 <= len(record.itl) <= record.output_tokens - 1
     assert result.metrics["ttft_p50_ms"] > 0
     assert result.metrics["preemptions"] == 0
-    assert result.passes[0].counters == {"preemptions": 0.0}  # read at the pass boundaries
+    counters = result.passes[0].counters  # read at the pass boundaries
+    assert counters["preemptions"] == 0.0
+    assert counters["prefix_cache_queries"] >= counters["prefix_cache_hits"] >= 0
     assert result.gauges, "KV usage and queue are sampled during the run"
     assert any(r.kv_cache_usage for r in result.gauges)
 
@@ -91,6 +96,41 @@ def _first_taken(host="127.0.0.1"):
 
 server.free_port = _first_taken
 """
+
+
+CONVERSATIONS = workloads.named("multi_turn").override(
+    {"duration_s": 5, "warmup_requests": 1, "chat": {"users": 2, "output_tokens": 8}}
+)
+
+
+def test_conversations_are_served_from_the_prefix_cache_and_a_trace_is_replayed(
+    real_server, tmp_path
+):
+    """Issue 26 on the real engine. Multi-turn: each turn resends the history, and vLLM's
+    prefix cache (on by default) serves most of it; with no-prefix-cache (one more boot)
+    it serves none. Trace: the shipped synthetic trace at twice its speed, every request
+    sent with its traced length. Broken on purpose (the history dropped from later
+    turns), the hit rate falls to about 0 and the first check fails."""
+    on = measure(real_server, CONVERSATIONS)
+    assert on.metrics["failed"] == 0
+    assert on.metrics["chat.turn3.ttft_p50_ms"] > 0  # conversations reached turn 3
+    # at most ~0.59 (turn 1 misses; later turns hit the previous prompt's full blocks)
+    assert on.metrics["prefix_cache_hit_rate"] > 0.4, on.passes[0].counters
+    pool = ServerPool(PoolConfig(tmp_path / "cache"), print)
+    try:
+        off = measure(pool.get(profiles.load("no-prefix-cache", REPO / "profiles")), CONVERSATIONS)
+    finally:
+        pool.stop()
+    assert off.metrics["failed"] == 0
+    assert off.metrics["prefix_cache_hit_rate"] < 0.05, off.passes[0].counters
+    replay = workloads.named("trace").override(
+        {"duration_s": 5, "warmup_requests": 1, "requests": {"time_scale": 0.5}}
+    )
+    played = measure(real_server, replay)
+    traced = trace.load(replay.classes[0].trace)
+    sent = sorted(r.prompt_tokens for r in played.records)
+    expected = sorted(r.input_tokens for r in traced if r.arrival_s * 0.5 < 5)
+    assert played.metrics["failed"] == 0 and sent == expected
 
 
 def test_preemptions_counted_a_taken_port_retried_and_no_process_left(perf_project):

@@ -1,0 +1,62 @@
+"""The capacity interval's statistics (issue 26): the fit, Fieller's interval, and its
+coverage in a seeded simulation of the model (bench/capacity_coverage.py has the table)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pytest_vllm_perf.verdict import capacity
+
+
+def test_a_noiseless_power_law_gives_the_capacity_exactly():
+    rates = [4.0, 4.0, 5.0, 6.0, 6.0]
+    margins = [(r / 5.0) ** 3 for r in rates]  # the SLO holds exactly up to 5 req/s
+    found = capacity.fit(rates, margins)
+    assert found.rps == pytest.approx(5.0)
+    assert found.slope == pytest.approx(3.0)
+    assert found.low == pytest.approx(5.0) and found.high == pytest.approx(5.0)
+
+
+def test_the_95_percent_interval_holds_the_true_capacity_95_percent_of_the_time():
+    """Under the model (normal noise on log margin, 9 passes at x0.8, x1, x1.25): the
+    target is within 3 points of 95%. Broken on purpose (the normal 1.96 in place of
+    Student's t on 7 degrees of freedom), coverage falls to about 0.91 and this fails."""
+    rng = np.random.default_rng(7)
+    rates = np.repeat([8.0, 10.0, 12.5], 3)
+    held = 0
+    reps = 2000
+    for _ in range(reps):
+        margins = np.exp(3.0 * np.log(rates / 10.0) + rng.normal(0, 0.15, len(rates)))
+        found = capacity.fit(rates.tolist(), margins.tolist())
+        held += found.low <= 10.0 <= found.high
+    assert abs(held / reps - 0.95) <= 0.03, held / reps
+
+
+def test_margins_that_do_not_rise_with_the_rate_give_no_bounded_interval():
+    rng = np.random.default_rng(1)
+    rates = [5.0, 5.0, 6.0, 6.0, 7.0, 7.0]
+    found = capacity.fit(rates, np.exp(rng.normal(0, 0.3, 6)).tolist())
+    assert not found.bounded
+
+
+def test_failed_passes_are_left_out_and_too_few_passes_refused():
+    found = capacity.fit([4, 5, 6, 9], [0.5, 1.0, 1.7, math.inf])
+    assert found.passes == 3
+    with pytest.raises(ValueError, match="3 passes or more at two rates"):
+        capacity.fit([5, 5, 5], [0.9, 1.0, 1.1])
+
+
+def test_t_quantiles_match_the_tables():
+    assert capacity.t_975(1) == 12.706 and capacity.t_975(7) == 2.365
+    assert capacity.t_975(35) == pytest.approx(2.030, abs=0.001)
+    assert capacity.t_975(200) == pytest.approx(1.972, abs=0.001)
+    assert capacity.t_975(10**6) == pytest.approx(1.960, abs=0.001)
+
+
+def test_the_margin_is_the_worst_limited_value_over_its_limit():
+    limits = {"ttft_p99_ms": 1000.0, "itl_p99_ms": 100.0}
+    assert capacity.margin({"ttft_p99_ms": 500.0, "itl_p99_ms": 150.0}, limits) == 1.5
+    assert capacity.margin({"ttft_p99_ms": math.inf, "itl_p99_ms": 1.0}, limits) == math.inf
