@@ -120,6 +120,41 @@ class PerfFixture:
             pytest.fail("\n\n".join(problems), pytrace=False)
         return outcome
 
+    def capacity(
+        self,
+        workload: str | Workload | None = None,
+        *,
+        slo: Mapping[str, float],
+        cls: str | None = None,
+        tolerance: float = 0.1,
+        max_passes: int = 30,
+        min_rps: float | None = None,
+        **overrides: Any,
+    ) -> measure.CapacityRun:
+        """The highest rate of the workload's open-loop class at which ``slo`` (limits
+        such as ``{"ttft_p99_ms": 2000, "itl_p99_ms": 200}``) holds, with its 95%
+        interval (``verdict.capacity``); fails when ``min_rps`` is given and the
+        capacity is below it (without a bounded interval: the highest rate a pass held
+        at), or no pass held. The search starts at the class's
+        rate and runs one pass per trial, at most ``max_passes``.
+
+        Not yet a stored or A/B-judged metric: in an A/B run only the candidate is
+        searched, and the line says so."""
+        load = self.workload(workload, **overrides)
+        server = self._candidate_boot() if self._candidate_boot else self.server
+        found = _reported(
+            lambda: measure.capacity_search(
+                server, load, slo, cls, tolerance, max_passes, self._progress
+            )
+        )
+        line = found.line() + (" [A/B: the base side is not searched]" if self.base_server else "")
+        if self._progress is not None:
+            self._progress(line)
+        rps = found.search.lower_evidence  # the fit, or with no bounded interval what held
+        if min_rps is not None and not rps >= min_rps:
+            pytest.fail(f"{line}: below the minimum of {min_rps:g} req/s", pytrace=False)
+        return found
+
     def _run(
         self,
         spec: str | Workload | None,

@@ -13,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import math
+import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from pytest_vllm_perf.core.errors import WorkloadError
 from pytest_vllm_perf.core.records import (
     GaugeReading,
     Measurement,
@@ -30,16 +33,18 @@ from pytest_vllm_perf.core.workload import Workload
 from pytest_vllm_perf.load import runner, scrape
 from pytest_vllm_perf.load.runner import GAUGES_EVERY_S
 from pytest_vllm_perf.serving.pool import SPLIT_NOTE, ServerHandle
-from pytest_vllm_perf.verdict import gate, stats, thresholds
+from pytest_vllm_perf.verdict import capacity, gate, stats, thresholds
 from pytest_vllm_perf.verdict.gate import SaveMode
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
+    "CapacityRun",
     "Plan",
     "SaveMode",
     "alternation",
     "assemble",
     "blocks",
+    "capacity_search",
     "layered",
     "measure",
     "run_ab",
@@ -125,6 +130,84 @@ def measure(
     )
     handle.check_alive()
     return assemble(workload, recording.passes, recording.gauges)
+
+
+@dataclass(frozen=True)
+class CapacityRun:
+    """A capacity search on one server: the search, the class whose rate it varied, the
+    SLO, and the seconds it took (load and warmups, on the server's GPU when it has one)."""
+
+    search: capacity.Search
+    cls: str
+    slo: Mapping[str, float]
+    seconds: float
+
+    def line(self) -> str:
+        """One line a test prints: the capacity, its interval, the passes and the time."""
+        found, spent = self.search.capacity, f"{self.search.passes} passes, {self.seconds:.0f} s"
+        slo = ", ".join(f"{k} <= {v:g}" for k, v in self.slo.items())
+        head = f"capacity of {self.cls!r} under {slo}"
+        if found is None and not (self.search.held and math.isfinite(self.search.broke)):
+            return f"{head}: no bracket found ({spent})"
+        if found is None or not found.bounded:
+            return (
+                f"{head}: not resolved; single passes held the SLO at up to "
+                f"{self.search.held:.3g} req/s and broke it from {self.search.broke:.3g} req/s, "
+                f"and the fit's interval is unbounded ({spent})"
+            )
+        state = "" if self.search.converged else ", not narrower than the tolerance"
+        return (
+            f"{head}: {found.rps:.3g} req/s (95% CI {found.low:.3g}..{found.high:.3g}"
+            f"{state}; {spent})"
+        )
+
+
+def capacity_search(
+    handle: ServerHandle,
+    workload: Workload,
+    slo: Mapping[str, float],
+    cls: str | None = None,
+    tolerance: float = 0.1,
+    max_passes: int = 30,
+    progress: Progress | None = None,
+) -> CapacityRun:
+    """The highest rate of open-loop class ``cls`` (the workload's only one by default)
+    at which ``slo`` holds (``verdict.capacity``): one pass of ``workload`` per trial,
+    its rate varied, pass k replaying schedule k. Failed requests count through the
+    SLO's keys (a failed request's TTFT is infinite)."""
+    open_loop = [c for c in workload.classes if c.rate > 0]
+    chosen = [c for c in open_loop if c.name == cls] if cls else open_loop
+    if len(chosen) != 1:
+        names = ", ".join(c.name for c in open_loop) or "none"
+        raise WorkloadError(
+            f"capacity: name one open-loop class of workload {workload.name!r} "
+            f"(open-loop classes: {names})"
+        )
+    target = chosen[0]
+    thresholds.validate(dict(slo))
+    workload.check_classes(slo, "slo")
+    started = time.monotonic()
+    count = 0
+
+    def trial(rate: float) -> float:
+        nonlocal count
+        load = workload.override({target.name: {"rate": rate}})
+        found = measure(handle, load, 1, progress, first_index=count)
+        count += 1
+        per_class = [found.metrics.get(f"{target.name}.{k}", 0) for k in ("completed", "failed")]
+        arrived = sum(per_class)
+        if not arrived > 0:  # no evidence either way: not a broken SLO
+            raise WorkloadError(
+                f"capacity: no request was measured in a {load.duration_s:g} s pass at "
+                f"{rate:.3g} req/s; lengthen duration_s or start at a higher rate"
+            )
+        margin = capacity.margin(dict(found.metrics), dict(slo))
+        if progress is not None:
+            progress(f"capacity: {rate:.3g} req/s -> SLO margin {margin:.2f}")
+        return margin
+
+    found = capacity.search(trial, target.rate, tolerance, max_passes)
+    return CapacityRun(found, target.name, dict(slo), time.monotonic() - started)
 
 
 def assemble(

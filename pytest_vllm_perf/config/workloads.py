@@ -126,6 +126,15 @@ NAMED: Final[dict[str, Workload]] = {
             "shipped profile no-prefix-cache turns the cache off."
         ),
     ),
+    "capacity": Workload(
+        "capacity",
+        (RequestClass("requests", prompt_tokens=256, output_tokens=64, rate=1.0),),
+        gate=("ttft_p50_ms", "ttft_p99_ms", "itl_p99_ms"),
+        description=(
+            "Open-loop requests at a rate, for vllm_perf.capacity(): the search varies the "
+            "rate of class requests to find the highest at which an SLO holds."
+        ),
+    ),
     "trace": Workload(
         "trace",
         (RequestClass("requests", trace=SYNTHETIC_TRACE),),

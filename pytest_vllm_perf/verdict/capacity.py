@@ -14,18 +14,25 @@ errors, with Student's t on n - 2 degrees of freedom). It is bounded only when t
 is significant: passes that do not tell a rising margin from noise give an unbounded
 interval, never a made-up one. ``bench/capacity_coverage.py`` checks its coverage in a
 seeded simulation of the model, including heavier-tailed noise.
+
+**The search** (:func:`search`) spends passes where they inform the fit: it brackets
+the capacity by doubling or halving the rate, bisects the bracket in log rate, then
+runs rounds of passes at x0.9, x1 and x1.1 of the current estimate, fitting the passes
+within x1.3 of it (close, because a margin that bends over a wide range misplaces the
+crossing), until the interval is narrower than the tolerance or the passes run out.
+Every pass counts in the fit that is near enough; none is repeated for its own sake.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
-__all__ = ["Capacity", "fit", "margin", "t_975"]
+__all__ = ["Capacity", "Search", "fit", "margin", "search", "t_975"]
 
 # Student's t 0.975 quantiles by degrees of freedom (standard tables); between 30 and
 # infinity, interpolated linearly in 1/df, which is accurate to 0.001 there.
@@ -110,3 +117,118 @@ def fit(rates: Sequence[float], margins: Sequence[float]) -> Capacity:
         return Capacity(rps, 0.0, math.inf, n, b)
     roots = sorted(((-qb - math.sqrt(disc)) / (2 * qa), (-qb + math.sqrt(disc)) / (2 * qa)))
     return Capacity(rps, math.exp(xbar + roots[0]), math.exp(xbar + roots[1]), n, b)
+
+
+@dataclass(frozen=True)
+class Search:
+    """What a capacity search found, and what it spent: every pass's rate and margin."""
+
+    capacity: Capacity | None  # None: no fit was possible within the passes allowed
+    rates: tuple[float, ...]
+    margins: tuple[float, ...]
+    converged: bool  # the interval got narrower than the tolerance
+
+    @property
+    def passes(self) -> int:
+        return len(self.rates)
+
+    @property
+    def held(self) -> float:
+        """The highest rate at which a single pass kept the SLO (0 if none did)."""
+        return max(
+            (r for r, m in zip(self.rates, self.margins, strict=True) if m <= 1), default=0.0
+        )
+
+    @property
+    def broke(self) -> float:
+        """The lowest rate at which a single pass broke the SLO (inf if none did)."""
+        return min(
+            (r for r, m in zip(self.rates, self.margins, strict=True) if not m <= 1),
+            default=math.inf,
+        )
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the fit gave a bounded interval: its point is then the capacity."""
+        return self.capacity is not None and self.capacity.bounded
+
+    @property
+    def lower_evidence(self) -> float:
+        """What a minimum is checked against: the fitted capacity when its interval is
+        bounded, else the highest rate a single pass held at (the fit's point, with an
+        unbounded interval, may be anywhere)."""
+        return self.capacity.rps if self.resolved and self.capacity else self.held
+
+
+NEAR: Final = 1.3  # passes within this factor of the estimate enter the fit
+ROUND: Final = (0.9, 1.0, 1.1)  # one round of passes around the estimate
+BISECTIONS: Final = 2
+
+
+def search(
+    trial: Callable[[float], float],
+    start_rps: float,
+    tolerance: float = 0.1,
+    max_passes: int = 30,
+) -> Search:
+    """Find the capacity by calling ``trial(rate)`` (one pass at that rate, returning
+    its SLO margin) at most ``max_passes`` times; stop when the 95% interval's
+    high / low is within ``1 + tolerance``."""
+    if start_rps <= 0 or tolerance <= 0 or max_passes < 3:
+        raise ValueError("a capacity search needs a rate > 0, a tolerance > 0 and 3 passes")
+    rates: list[float] = []
+    margins: list[float] = []
+
+    def run(rate: float) -> float:
+        found = trial(rate)
+        rates.append(rate)
+        margins.append(found)
+        return found
+
+    def done(capacity: Capacity | None, converged: bool) -> Search:
+        return Search(capacity, tuple(rates), tuple(margins), converged)
+
+    # bracket: the highest rate seen to hold, the lowest seen to break
+    low = high = math.nan
+    rate = start_rps
+    while len(rates) < max_passes:
+        if run(rate) <= 1:
+            low = rate
+            if math.isfinite(high):
+                break
+            rate *= 2
+        else:
+            high = rate
+            if math.isfinite(low):
+                break
+            rate /= 2
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return done(None, False)
+    for _ in range(BISECTIONS):
+        if len(rates) >= max_passes:
+            break
+        mid = math.sqrt(low * high)
+        if run(mid) <= 1:
+            low = mid
+        else:
+            high = mid
+    estimate = math.sqrt(low * high)
+    found: Capacity | None = None
+    while len(rates) + len(ROUND) <= max_passes:
+        for factor in ROUND:
+            run(estimate * factor)
+        near = [
+            (r, m)
+            for r, m in zip(rates, margins, strict=True)
+            if estimate / NEAR <= r <= estimate * NEAR
+        ]
+        try:
+            found = fit([r for r, _ in near], [m for _, m in near])
+        except ValueError:
+            continue
+        if found.bounded and found.high / found.low <= 1 + tolerance:
+            return done(found, True)
+        if math.isfinite(found.rps) and found.rps > 0:
+            # move toward the fit, but no further than the bracket allows
+            estimate = min(max(found.rps, low / 2), high * 2)
+    return done(found, False)

@@ -141,6 +141,36 @@ def test_a_malformed_trace_line_is_a_usage_error_naming_it(perf_project, fake_vl
     run(perf_project, fake_vllm.url).assert_outcomes(passed=1)
 
 
+def test_capacity_reports_its_search_and_fails_below_the_minimum(perf_project, fake_vllm):
+    """vllm_perf.capacity on the fake server, which never saturates: every rate keeps the
+    SLO, so the search doubles the rate until its passes run out and finds no bracket;
+    the SLO held up to 64 req/s, below min_rps=100, which fails the test in one line that
+    says what was spent. A workload
+    with no open-loop class is refused in one line."""
+    perf_project.makepyfile(
+        """
+        def test_search(vllm_perf):
+            vllm_perf.capacity("capacity", slo={"ttft_p99_ms": 10_000}, max_passes=4,
+                               min_rps=100, duration_s=1, warmup_requests=0,
+                               requests={"rate": 8.0, "output_tokens": 4})
+
+        def test_closed_loop(vllm_perf):
+            vllm_perf.capacity("decode", slo={"ttft_p99_ms": 100})
+        """
+    )
+    result = run(perf_project, fake_vllm.url, "-s")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert "capacity: 8 req/s -> SLO margin 0.0" in out and "capacity: 64 req/s" in out
+    result.stdout.fnmatch_lines(
+        [
+            "*capacity of 'requests' under ttft_p99_ms <= 10000: no bracket found "
+            "(4 passes, * s): below the minimum of 100 req/s*",
+            "*capacity: name one open-loop class of workload 'decode' (open-loop classes: none)*",
+        ]
+    )
+
+
 def test_profiles_dir_ini_twin(perf_project, fake_vllm):
     (perf_project.path / "profiles").rename(perf_project.path / "tuning")
     perf_project.makeini("[pytest]\nvllm_profiles_dir = tuning\n")

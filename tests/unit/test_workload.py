@@ -42,7 +42,7 @@ def test_yaml_file(tmp_path):
 
 
 def test_unknown_named_workload():
-    with pytest.raises(WorkloadError, match="built in: api_server, decode, interference"):
+    with pytest.raises(WorkloadError, match="built in: api_server, capacity, decode, interference"):
         workload.named("nope")
 
 
