@@ -20,7 +20,7 @@ from pytest_vllm_perf import measure
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core import trace
 from pytest_vllm_perf.core.errors import VllmPerfError
-from pytest_vllm_perf.core.records import Outcome, Progress
+from pytest_vllm_perf.core.records import GateStatus, Outcome, Progress
 from pytest_vllm_perf.core.registry import threshold_target, validate_tolerances
 from pytest_vllm_perf.core.workload import Workload, pass_count
 from pytest_vllm_perf.options import Settings
@@ -133,26 +133,60 @@ class PerfFixture:
     ) -> measure.CapacityRun:
         """The highest rate of the workload's open-loop class at which ``slo`` (limits
         such as ``{"ttft_p99_ms": 2000, "itl_p99_ms": 200}``) holds, with its 95%
-        interval (``verdict.capacity``); fails when ``min_rps`` is given and the
-        capacity is below it (without a bounded interval: the highest rate a pass held
-        at), or no pass held. The search starts at the class's
-        rate and runs one pass per trial, at most ``max_passes``.
+        interval (``verdict.capacity``). The search starts at the class's rate and runs
+        one pass per trial, at most ``max_passes``, until the interval is within
+        ``tolerance``.
 
-        Not yet a stored or A/B-judged metric: in an A/B run only the candidate is
-        searched, and the line says so."""
+        ``capacity_rps`` is then judged like any metric, at ``tolerance``: in an A/B
+        run (``--vllm-ab``) both sides are searched, pass by pass in turn, and their
+        ratio gets a 95% interval; otherwise the search is judged against the stored
+        capacity baseline (``--vllm-save-baseline`` saves it). Fails when the
+        capacity ``regressed``, when ``min_rps`` is given and the capacity is below it
+        (without a bounded interval: the highest rate a pass held at), and under
+        ``--vllm-require-baseline`` when no stored search can gate it."""
         load = self.workload(workload, **overrides)
-        server = self._candidate_boot() if self._candidate_boot else self.server
-        found = _reported(
-            lambda: measure.capacity_search(
-                server, load, slo, cls, tolerance, max_passes, self._progress
+        settings = self._settings
+        test_id = self._node.nodeid.split("[")[0]
+        if self.base_server is not None:
+            base, candidate = self.base_server, self._candidate_boot or self.server
+            found = _reported(
+                lambda: measure.capacity_ab(
+                    base, candidate, load, slo, cls, tolerance, max_passes, self._progress
+                )
             )
-        )
-        line = found.line() + (" [A/B: the base side is not searched]" if self.base_server else "")
+        else:
+            server = self.server
+            searched = _reported(
+                lambda: measure.capacity_search(
+                    server, load, slo, cls, tolerance, max_passes, self._progress
+                )
+            )
+            found = _reported(
+                lambda: measure.capacity_gate(
+                    searched,
+                    server,
+                    test_id,
+                    load,
+                    settings.baseline_dir,
+                    settings.save_mode,
+                    tolerance,
+                    settings.gate_other_release,
+                )
+            )
+        line = found.line()
         if self._progress is not None:
             self._progress(line)
+        problems = []
+        if found.regressed:
+            problems.append(f"{line}: capacity regressed")
         rps = found.search.lower_evidence  # the fit, or with no bounded interval what held
         if min_rps is not None and not rps >= min_rps:
-            pytest.fail(f"{line}: below the minimum of {min_rps:g} req/s", pytrace=False)
+            problems.append(f"{line}: below the minimum of {min_rps:g} req/s")
+        stored = found.stored
+        if stored and settings.require_baseline and stored.status in gate.CANNOT_GATE:
+            problems.append(f"--vllm-require-baseline ({stored.status}): {stored.note}")
+        if problems:
+            pytest.fail("\n".join(dict.fromkeys(problems)), pytrace=False)
         return found
 
     def _run(
@@ -339,6 +373,12 @@ def stored_baselines(node: pytest.Item, settings: Settings) -> list[str]:
         settings.gate_other_release,
     )
     if found is None:
+        return []
+    hw = hardware.hardware_class(platform)
+    if (
+        found[0] is GateStatus.MISSING
+        and baseline.capacity_path(settings.baseline_dir, hw, test_id, profile).exists()
+    ):  # a capacity test: its search is gated after the run
         return []
     return [f"{node.nodeid}: --vllm-require-baseline ({found[0]}): {found[1]}"]
 

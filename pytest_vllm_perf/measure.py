@@ -15,7 +15,7 @@ import concurrent.futures
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -24,9 +24,11 @@ from pytest_vllm_perf.core.errors import WorkloadError
 from pytest_vllm_perf.core.records import (
     GaugeReading,
     Measurement,
+    MetricVerdict,
     Outcome,
     PassRecord,
     Progress,
+    Verdict,
 )
 from pytest_vllm_perf.core.registry import default_tolerances, validate_tolerances
 from pytest_vllm_perf.core.workload import Workload
@@ -44,7 +46,11 @@ __all__ = [
     "alternation",
     "assemble",
     "blocks",
+    "capacity_ab",
+    "capacity_gate",
     "capacity_search",
+    "describe",
+    "judged",
     "layered",
     "measure",
     "run_ab",
@@ -134,32 +140,119 @@ def measure(
 
 @dataclass(frozen=True)
 class CapacityRun:
-    """A capacity search on one server: the search, the class whose rate it varied, the
-    SLO, and the seconds it took (load and warmups, on the server's GPU when it has one)."""
+    """A capacity search on one server, or two (an A/B run): the search, the class whose
+    rate it varied, the SLO, the seconds it took (load and warmups, on the server's GPU
+    when it has one); in an A/B run, the base side's search and the verdict on the
+    ratio (``verdict.capacity.judge``)."""
 
     search: capacity.Search
     cls: str
     slo: Mapping[str, float]
     seconds: float
+    base: capacity.Search | None = None
+    verdict: MetricVerdict | None = None
+    stored: gate.CapacityGate | None = None  # what the stored baseline made of it
+
+    @property
+    def regressed(self) -> bool:
+        """Whether the run fails on the verdict: the A/B ratio's, or the stored one's."""
+        if self.stored is not None:
+            return self.stored.regressed
+        return self.verdict is not None and self.verdict.verdict is Verdict.REGRESSED
 
     def line(self) -> str:
-        """One line a test prints: the capacity, its interval, the passes and the time."""
-        found, spent = self.search.capacity, f"{self.search.passes} passes, {self.seconds:.0f} s"
+        """One line a test prints: the capacity, its interval, the passes and the time;
+        in an A/B run both sides and the ratio's verdict; against a stored baseline,
+        what the gate did."""
         slo = ", ".join(f"{k} <= {v:g}" for k, v in self.slo.items())
         head = f"capacity of {self.cls!r} under {slo}"
-        if found is None and not (self.search.held and math.isfinite(self.search.broke)):
-            return f"{head}: no bracket found ({spent})"
-        if found is None or not found.bounded:
+        spent = f"{self.seconds:.0f} s"
+        if self.base is None:
+            own = f"{head}: {describe(self.search)} ({spent})"
+            stored = self.stored
+            if stored is None:
+                return own
+            if stored.verdict is None or stored.stored is None:
+                return f"{own}; baseline {stored.status}: {stored.note or stored.path}"
+            note = f" ({stored.status}: {stored.note})" if stored.note else ""
             return (
-                f"{head}: not resolved; single passes held the SLO at up to "
-                f"{self.search.held:.3g} req/s and broke it from {self.search.broke:.3g} req/s, "
-                f"and the fit's interval is unbounded ({spent})"
+                f"{own}; against the baseline {describe(stored.stored)}: "
+                f"{judged(stored.verdict)}{note}"
             )
-        state = "" if self.search.converged else ", not narrower than the tolerance"
+        found = f"{head}: base {describe(self.base)}; candidate {describe(self.search)} ({spent})"
+        return f"{found}; {judged(self.verdict)}" if self.verdict else found
+
+
+def describe(found: capacity.Search) -> str:
+    """A search's result in words: the capacity with its interval, or the bracket."""
+    fit, spent = found.capacity, f"{found.passes} passes"
+    if fit is None and not (found.held and math.isfinite(found.broke)):
+        return f"no bracket found ({spent})"
+    if fit is None or not fit.bounded:
         return (
-            f"{head}: {found.rps:.3g} req/s (95% CI {found.low:.3g}..{found.high:.3g}"
-            f"{state}; {spent})"
+            f"not resolved; single passes held the SLO at up to {found.held:.3g} req/s "
+            f"and broke it from {found.broke:.3g} req/s, and the fit's interval is "
+            f"unbounded ({spent})"
         )
+    state = "" if found.converged else ", not narrower than the tolerance"
+    return f"{fit.rps:.3g} req/s (95% CI {fit.low:.3g}..{fit.high:.3g}{state}; {spent})"
+
+
+def judged(verdict: MetricVerdict) -> str:
+    """``capacity_rps x0.880 (95% CI x0.85..x0.91), regressed at 10%``."""
+    if math.isnan(verdict.low):
+        return f"{verdict.metric} {verdict.verdict}: {verdict.basis}"
+    return (
+        f"{verdict.metric} x{verdict.ratio:.3f} (95% CI x{verdict.low:.3f}.."
+        f"x{verdict.high:.3f}), {verdict.verdict} at {verdict.tolerance:.0%}"
+    )
+
+
+def _capacity_target(workload: Workload, slo: Mapping[str, float], cls: str | None) -> str:
+    open_loop = [c for c in workload.classes if c.rate > 0]
+    chosen = [c for c in open_loop if c.name == cls] if cls else open_loop
+    if len(chosen) != 1:
+        names = ", ".join(c.name for c in open_loop) or "none"
+        raise WorkloadError(
+            f"capacity: name one open-loop class of workload {workload.name!r} "
+            f"(open-loop classes: {names})"
+        )
+    thresholds.validate(dict(slo))
+    workload.check_classes(slo, "slo")
+    return chosen[0].name
+
+
+def _capacity_trial(
+    source: ServerHandle | Callable[[], ServerHandle],
+    workload: Workload,
+    target: str,
+    slo: Mapping[str, float],
+    progress: Progress | None,
+    label: str = "",
+) -> Callable[[float], float]:
+    """One pass of ``workload`` at a rate of class ``target``, as its SLO margin; pass k
+    replays schedule k. Failed requests count through the SLO's keys (a failed
+    request's TTFT is infinite)."""
+    count = 0
+
+    def trial(rate: float) -> float:
+        nonlocal count
+        handle = source() if callable(source) else source
+        load = workload.override({target: {"rate": rate}})
+        found = measure(handle, load, 1, progress, first_index=count)
+        count += 1
+        per_class = [found.metrics.get(f"{target}.{k}", 0) for k in ("completed", "failed")]
+        if not sum(per_class) > 0:  # no evidence either way: not a broken SLO
+            raise WorkloadError(
+                f"capacity: no request was measured in a {load.duration_s:g} s pass at "
+                f"{rate:.3g} req/s; lengthen duration_s or start at a higher rate"
+            )
+        margin = capacity.margin(dict(found.metrics), dict(slo))
+        if progress is not None:
+            progress(f"capacity{label}: {rate:.3g} req/s -> SLO margin {margin:.2f}")
+        return margin
+
+    return trial
 
 
 def capacity_search(
@@ -173,41 +266,81 @@ def capacity_search(
 ) -> CapacityRun:
     """The highest rate of open-loop class ``cls`` (the workload's only one by default)
     at which ``slo`` holds (``verdict.capacity``): one pass of ``workload`` per trial,
-    its rate varied, pass k replaying schedule k. Failed requests count through the
-    SLO's keys (a failed request's TTFT is infinite)."""
-    open_loop = [c for c in workload.classes if c.rate > 0]
-    chosen = [c for c in open_loop if c.name == cls] if cls else open_loop
-    if len(chosen) != 1:
-        names = ", ".join(c.name for c in open_loop) or "none"
-        raise WorkloadError(
-            f"capacity: name one open-loop class of workload {workload.name!r} "
-            f"(open-loop classes: {names})"
-        )
-    target = chosen[0]
-    thresholds.validate(dict(slo))
-    workload.check_classes(slo, "slo")
+    its rate varied from the class's own."""
+    target = _capacity_target(workload, slo, cls)
+    start_rps = next(c.rate for c in workload.classes if c.name == target)
     started = time.monotonic()
-    count = 0
+    trial = _capacity_trial(handle, workload, target, slo, progress)
+    found = capacity.search(trial, start_rps, tolerance, max_passes)
+    return CapacityRun(found, target, dict(slo), time.monotonic() - started)
 
-    def trial(rate: float) -> float:
-        nonlocal count
-        load = workload.override({target.name: {"rate": rate}})
-        found = measure(handle, load, 1, progress, first_index=count)
-        count += 1
-        per_class = [found.metrics.get(f"{target.name}.{k}", 0) for k in ("completed", "failed")]
-        arrived = sum(per_class)
-        if not arrived > 0:  # no evidence either way: not a broken SLO
-            raise WorkloadError(
-                f"capacity: no request was measured in a {load.duration_s:g} s pass at "
-                f"{rate:.3g} req/s; lengthen duration_s or start at a higher rate"
-            )
-        margin = capacity.margin(dict(found.metrics), dict(slo))
-        if progress is not None:
-            progress(f"capacity: {rate:.3g} req/s -> SLO margin {margin:.2f}")
-        return margin
 
-    found = capacity.search(trial, target.rate, tolerance, max_passes)
-    return CapacityRun(found, target.name, dict(slo), time.monotonic() - started)
+def capacity_gate(
+    found: CapacityRun,
+    handle: ServerHandle,
+    test_id: str,
+    workload: Workload,
+    root: Path,
+    mode: SaveMode = SaveMode.COMPARE,
+    tolerance: float = 0.1,
+    gate_other_release: bool = False,
+) -> CapacityRun:
+    """A capacity search judged against its stored baseline at ``tolerance``, or saved
+    as it (``gate.capacity``)."""
+    stored = gate.capacity(
+        test_id,
+        found.search,
+        found.slo,
+        workload.hash,
+        handle.provenance,
+        root,
+        tolerance,
+        mode,
+        gate_other_release,
+    )
+    return dataclasses.replace(found, stored=stored)
+
+
+def capacity_ab(
+    base: ServerHandle | Callable[[], ServerHandle],
+    candidate: ServerHandle | Callable[[], ServerHandle],
+    workload: Workload,
+    slo: Mapping[str, float],
+    cls: str | None = None,
+    tolerance: float = 0.1,
+    max_passes: int = 30,
+    progress: Progress | None = None,
+) -> CapacityRun:
+    """Both sides' capacity under one SLO and the verdict on their ratio at
+    ``tolerance``. Resident sides (two handles) search pass by pass in turn, ABBA
+    (``capacity.interleave``); sides booted in turn (two callables,
+    ``--vllm-ab-mode=sequential``) search one after the other, base first, so that
+    each side boots once."""
+    target = _capacity_target(workload, slo, cls)
+    start_rps = next(c.rate for c in workload.classes if c.name == target)
+    started = time.monotonic()
+    sources = {"base": base, "candidate": candidate}
+    trials = {
+        side: _capacity_trial(source, workload, target, slo, progress, f" {side}")
+        for side, source in sources.items()
+    }
+
+    def steps() -> Generator[float, float, capacity.Search]:
+        return capacity.searching(start_rps, tolerance, max_passes)
+
+    if callable(base) and callable(candidate):
+        found = {side: capacity.interleave({side: steps()}, trials)[side] for side in sources}
+    else:
+        found = capacity.interleave({side: steps() for side in sources}, trials)
+    verdict = capacity.judge(found["base"], found["candidate"], tolerance)
+    return CapacityRun(
+        found["candidate"],
+        target,
+        dict(slo),
+        time.monotonic() - started,
+        base=found["base"],
+        verdict=verdict,
+    )
 
 
 def assemble(

@@ -28,6 +28,10 @@ class FakeVllm:
     fail_every: int = 0  # answer every n-th completion with HTTP 500 (0: never)
     stall_every: int = 0  # stop every n-th stream half-way, without closing it (0: never)
     requests: list[dict] = field(default_factory=list)
+    # a server with a capacity: each token waits this much more per stream in flight,
+    # so latency rises with the request rate (for the capacity search's plumbing)
+    per_stream_s: float = 0.0
+    _streams: int = 0
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -82,12 +86,16 @@ class FakeVllm:
         await resp.prepare(request)
         n = body["max_tokens"] - self.short_by
         stall = self.stall_every and count % self.stall_every == 0
-        for i in range(n):
-            if stall and i == n // 2:
-                await asyncio.sleep(3600)  # a server that stops mid-stream
-            await asyncio.sleep(self.delay_s)
-            chunk = {"choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}]}
-            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self._streams += 1
+        try:
+            for i in range(n):
+                if stall and i == n // 2:
+                    await asyncio.sleep(3600)  # a server that stops mid-stream
+                await asyncio.sleep(self.delay_s + self.per_stream_s * self._streams)
+                chunk = {"choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}]}
+                await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        finally:
+            self._streams -= 1
         usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n}
         await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")

@@ -16,6 +16,7 @@ Each boot records the machine (CPU, Python, OS) and the git commit it ran from.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -36,20 +37,24 @@ from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import Measurement, PassRecord, Provenance, RequestRecord
 from pytest_vllm_perf.core.registry import from_bench_serve_key
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
-from pytest_vllm_perf.verdict import stats
+from pytest_vllm_perf.verdict import capacity, stats
 from pytest_vllm_perf.verdict.compare import Passes
 
 __all__ = [
+    "CAPACITY_SCHEMA",
     "MAX_BOOTS",
     "SCHEMA",
     "Baseline",
     "BaselineError",
     "add_boot",
+    "capacity_document",
+    "capacity_path",
     "check_stored",
     "document",
     "find_other_hardware",
     "from_report",
     "load",
+    "load_capacity",
     "merge_boots",
     "path_for",
     "report_passes",
@@ -409,3 +414,84 @@ def save(path: Path, doc: Mapping[str, Any]) -> None:
         atomic.write_text(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     except OSError as exc:
         raise BaselineError(f"cannot write baseline {path}: {exc.strerror or exc}") from None
+
+
+CAPACITY_SCHEMA: Final = 1
+
+
+def capacity_path(root: Path, hardware_class: str, test_id: str, profile: str) -> Path:
+    """Where a test's capacity search is stored: beside its workload baselines, in a
+    folder of its own (a test may call ``run`` and ``capacity`` both)."""
+    return path_for(root, hardware_class, f"{test_id}#capacity", profile)
+
+
+def capacity_document(
+    test_id: str,
+    found: capacity.Search,
+    slo: Mapping[str, float],
+    workload_hash: str,
+    provenance: Provenance,
+) -> dict[str, Any]:
+    """A capacity search as a stored baseline: every pass's rate and margin, so that the
+    fit is read back exactly as it was made; secrets removed."""
+    fit = found.capacity
+    return redact.mapping(
+        {
+            "schema": CAPACITY_SCHEMA,
+            "kind": "capacity",
+            "test": test_id,
+            "profile": dict(provenance.profile_settings),
+            "workload_hash": workload_hash,
+            "slo": dict(slo),
+            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "environment": provenance.environment.to_dict(),
+            "commit_info": _commit_info(),
+            "search": {
+                "rates": [_json(r) for r in found.rates],
+                "margins": [_json(m) for m in found.margins],
+                "converged": found.converged,
+                "capacity": None
+                if fit is None
+                else {k: _json(float(v)) for k, v in dataclasses.asdict(fit).items()},
+            },
+        }
+    )
+
+
+def load_capacity(path: Path) -> tuple[capacity.Search, Mapping[str, Any]] | None:
+    """The stored capacity search at ``path`` and its document, None if there is none,
+    BaselineError (naming the file, which is left as it is) if it is unreadable."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("schema") != CAPACITY_SCHEMA or data.get("kind") != "capacity":
+            raise ValueError(f"schema {data.get('schema')!r}, expected {CAPACITY_SCHEMA}")
+        stored = data["search"]
+        fit = stored["capacity"]
+        found = capacity.Search(
+            None if fit is None else _stored_fit(fit),
+            tuple(float(r) for r in stored["rates"]),
+            tuple(float(m) for m in stored["margins"]),
+            bool(stored["converged"]),
+        )
+        if len(found.rates) != len(found.margins):
+            raise ValueError("rates and margins differ in length")
+        return found, data
+    except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
+        raise BaselineError(
+            f"corrupt vLLM perf capacity baseline {path}: {type(exc).__name__}: {exc}. "
+            "The file was left as it is; fix or delete it, or re-save with --vllm-save-baseline."
+        ) from None
+
+
+def _stored_fit(fit: Mapping[str, Any]) -> capacity.Capacity:
+    return capacity.Capacity(
+        rps=float(fit["rps"]),
+        low=float(fit["low"]),
+        high=float(fit["high"]),
+        passes=int(fit["passes"]),
+        slope=float(fit["slope"]),
+        log_se=float(fit["log_se"]),
+        df=int(fit["df"]),
+    )

@@ -14,14 +14,24 @@ from typing import Final
 
 from pytest_vllm_perf.config import profiles
 from pytest_vllm_perf.core import redact
-from pytest_vllm_perf.core.records import GateResult, GateStatus, Measurement, Provenance
+from pytest_vllm_perf.core.records import (
+    GateResult,
+    GateStatus,
+    Measurement,
+    MetricVerdict,
+    Provenance,
+    Verdict,
+)
 from pytest_vllm_perf.core.registry import COMPARED
 from pytest_vllm_perf.verdict import baseline, compare
+from pytest_vllm_perf.verdict import capacity as capacity_stats
 
 __all__ = [
     "CANNOT_GATE",
+    "CapacityGate",
     "SaveMode",
     "ab",
+    "capacity",
     "compared_metrics",
     "evaluate",
     "gated_metrics",
@@ -151,6 +161,84 @@ def ab(
         note += "; " + more
     label = f"the A/B base side {sides[1]}"
     return GateResult(GateStatus.AB, Path(label), tuple(verdicts), tuple(changes), note)
+
+
+@dataclasses.dataclass(frozen=True)
+class CapacityGate:
+    """What the gate did with a capacity search: its status, the stored search it was
+    judged against and the verdict (when compared), and a note."""
+
+    status: GateStatus
+    path: Path
+    stored: capacity_stats.Search | None = None
+    verdict: MetricVerdict | None = None
+    note: str = ""
+
+    @property
+    def regressed(self) -> bool:
+        return (
+            self.status is GateStatus.COMPARED
+            and self.verdict is not None
+            and self.verdict.verdict is Verdict.REGRESSED
+        )
+
+
+def capacity(
+    test_id: str,
+    found: capacity_stats.Search,
+    slo: Mapping[str, float],
+    workload_hash: str,
+    provenance: Provenance,
+    root: Path,
+    tolerance: float,
+    mode: SaveMode = SaveMode.COMPARE,
+    gate_other_release: bool = False,
+) -> CapacityGate:
+    """Save a capacity search as the baseline, or judge it against the stored one
+    (``capacity.judge``). A search keeps one boot: ``add-boot`` saves it as well. A
+    stored search under another SLO or workload is not compared; one of another model
+    or vLLM release is compared and not gated, as a workload baseline is."""
+    env = provenance.environment
+    path = baseline.capacity_path(root, env.hardware_class, test_id, provenance.profile)
+    if mode is not SaveMode.COMPARE:
+        baseline.save(
+            path, baseline.capacity_document(test_id, found, slo, workload_hash, provenance)
+        )
+        note = "a capacity baseline keeps one search: saved" if mode is SaveMode.ADD_BOOT else ""
+        return CapacityGate(GateStatus.SAVED, path, note=note)
+    loaded = baseline.load_capacity(path)
+    if loaded is None:
+        return CapacityGate(GateStatus.MISSING, path, note=f"no capacity baseline at {path}")
+    stored, data = loaded
+    if data.get("workload_hash") != workload_hash or dict(data.get("slo", {})) != dict(slo):
+        return CapacityGate(
+            GateStatus.WORKLOAD_CHANGED,
+            path,
+            stored,
+            note="the workload or SLO differs from the baseline's: not compared",
+        )
+    verdict = capacity_stats.judge(stored, found, tolerance)
+    stored_env = data.get("environment", {})
+    stored_model, theirs = stored_env.get("model"), stored_env.get("vllm_version")
+    if stored_model and stored_model != env.model:
+        return CapacityGate(
+            GateStatus.OTHER_MODEL,
+            path,
+            stored,
+            dataclasses.replace(verdict, gated=False),
+            f"the baseline was measured on model {stored_model}, this run serves {env.model}: "
+            "compared, not gated (re-save the baseline)",
+        )
+    if theirs and theirs != env.vllm_version and not gate_other_release:
+        return CapacityGate(
+            GateStatus.OTHER_RELEASE,
+            path,
+            stored,
+            dataclasses.replace(verdict, gated=False),
+            f"the baseline was measured with vLLM {theirs}, this run has {env.vllm_version}: "
+            "compared, not gated (re-save the baseline, or --vllm-gate-other-release)",
+        )
+    return CapacityGate(GateStatus.COMPARED, path, stored, verdict)
 
 
 WORKLOAD_NOTE = "the workload differs from the baseline's: not compared"
