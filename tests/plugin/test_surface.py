@@ -165,7 +165,7 @@ def test_capacity_reports_its_search_and_fails_below_the_minimum(perf_project, f
     result.stdout.fnmatch_lines(
         [
             "*capacity of 'requests' under ttft_p99_ms <= 10000: no bracket found "
-            "(4 passes, * s): below the minimum of 100 req/s*",
+            "(4 passes) (* s); baseline no baseline: *: below the minimum of 100 req/s*",
             "*capacity: name one open-loop class of workload 'decode' (open-loop classes: none)*",
         ]
     )

@@ -186,3 +186,35 @@ def test_two_searches_alternate_pass_by_pass_abba():
     )
     assert order[:6] == ["base", "candidate", "candidate", "base", "base", "candidate"]
     assert found["base"].passes == found["candidate"].passes == order.count("base")
+
+
+def test_a_stored_search_reads_back_and_a_corrupt_one_is_named(tmp_path):
+    """The gate's store: what is saved is the search (rates, margins, fit), read back
+    as it was; no file is 'no baseline'; another SLO is not compared; a corrupt file is a
+    BaselineError naming it, and is left as it is."""
+    from pytest_vllm_perf.core.errors import BaselineError
+    from pytest_vllm_perf.core.records import Environment, GateStatus, Provenance
+    from pytest_vllm_perf.verdict import baseline, gate
+
+    env = Environment("cpu", "cpu-test", "0.32.0", "2.13", "3.11", model="m")
+    provenance = Provenance("default", {"name": "default"}, "h", (), (), env)
+    found = capacity.search(simulated(np.random.default_rng(2), 10.0, 0.05)[0], 4.0, 0.1, 24)
+    slo = {"itl_p99_ms": 100.0}
+    missing = gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1)
+    assert missing.status is GateStatus.MISSING and "no capacity baseline" in missing.note
+    saved = gate.capacity(
+        "t.py::t", found, slo, "w", provenance, tmp_path, 0.1, gate.SaveMode.SAVE
+    )
+    stored, _ = baseline.load_capacity(saved.path)  # rounded to 6 places, as baselines are
+    assert stored.rates == pytest.approx(found.rates, abs=1e-6)
+    assert stored.margins == pytest.approx(found.margins, abs=1e-6)
+    assert stored.capacity.rps == pytest.approx(found.capacity.rps, rel=1e-6)
+    assert stored.capacity.df == found.capacity.df and stored.converged == found.converged
+    same = gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1)
+    assert same.status is GateStatus.COMPARED and same.verdict.verdict == "unchanged"
+    other = gate.capacity("t.py::t", found, {"itl_p99_ms": 50.0}, "w", provenance, tmp_path, 0.1)
+    assert other.status is GateStatus.WORKLOAD_CHANGED and other.verdict is None
+    saved.path.write_text('{"schema": 1, "kind": "capacity"}')
+    with pytest.raises(BaselineError, match=str(saved.path)):
+        gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1)
+    assert saved.path.read_text() == '{"schema": 1, "kind": "capacity"}'
