@@ -202,9 +202,7 @@ def test_a_stored_search_reads_back_and_a_corrupt_one_is_named(tmp_path):
     slo = {"itl_p99_ms": 100.0}
     missing = gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1)
     assert missing.status is GateStatus.MISSING and "no capacity baseline" in missing.note
-    saved = gate.capacity(
-        "t.py::t", found, slo, "w", provenance, tmp_path, 0.1, gate.SaveMode.SAVE
-    )
+    saved = gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1, gate.SaveMode.SAVE)
     stored, _ = baseline.load_capacity(saved.path)  # rounded to 6 places, as baselines are
     assert stored.rates == pytest.approx(found.rates, abs=1e-6)
     assert stored.margins == pytest.approx(found.margins, abs=1e-6)
