@@ -37,7 +37,7 @@ def main(argv: list[str]) -> None:
     if _installed_as("vllm"):
         from vllm.entrypoints.cli.main import main as vllm_main
 
-        vllm_main()  # type: ignore[no-untyped-call]  # exactly the console script
+        vllm_main()  # exactly the console script
     else:
         _serve_only(argv)
 
@@ -64,8 +64,8 @@ def _serve_only(argv: list[str]) -> None:
     # 0.31 added configure_logging_from_args; older releases log as configured at import
     configure_logging = getattr(vllm.logger, "configure_logging_from_args", None)
 
-    cli_env_setup()  # type: ignore[no-untyped-call]
-    parser = FlexibleArgumentParser(prog="vllm")  # type: ignore[no-untyped-call]
+    cli_env_setup()
+    parser = FlexibleArgumentParser(prog="vllm")
     subparsers = parser.add_subparsers(required=True, dest="subparser")
     commands = {cmd.name: cmd for cmd in serve_cli.cmd_init()}
     for cmd in commands.values():
