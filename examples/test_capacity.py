@@ -22,12 +22,13 @@ LOAD = {
 }
 # The SLO of an interactive service: the first token within a second for 99% of
 # requests, and streaming without a visible stall. On two shared CPU cores the limits
-# are looser, and a 20% interval is what the noise allows in 16 passes.
+# are looser, and 10 passes a side (a 20% tolerance) keep the A/B demo to a few minutes;
+# the noise there often leaves the interval unbounded (docs/results.md).
 SLO = {
     "cpu": {"ttft_p99_ms": 3_000, "itl_p99_ms": 1_000},
     "cuda": {"ttft_p99_ms": 1_000, "itl_p99_ms": 100},
 }
-SEARCH = {"cpu": {"tolerance": 0.2, "max_passes": 16}, "cuda": {"tolerance": 0.1, "max_passes": 20}}
+SEARCH = {"cpu": {"tolerance": 0.2, "max_passes": 10}, "cuda": {"tolerance": 0.1, "max_passes": 20}}
 
 
 def test_capacity_under_the_slo(vllm_perf):

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_vllm_perf.config import profiles, workloads
 from pytest_vllm_perf.core import trace
-from pytest_vllm_perf.measure import measure
+from pytest_vllm_perf.measure import capacity_search, measure
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
 from pytest_vllm_perf.verdict import thresholds
 from tests.conftest import REPO
@@ -131,6 +131,30 @@ def test_conversations_are_served_from_the_prefix_cache_and_a_trace_is_replayed(
     sent = sorted(r.prompt_tokens for r in played.records)
     expected = sorted(r.input_tokens for r in traced if r.arrival_s * 0.5 < 5)
     assert played.metrics["failed"] == 0 and sent == expected
+
+
+def test_the_capacity_search_brackets_the_real_engines_slo_boundary(real_server):
+    """Issue 26 on the real engine, on the shared server: from 4 req/s of 256-token
+    prompts, 3 s passes, the search finds a rate that keeps the SLO and one that breaks
+    it within 5 passes, and the margin is higher at the fastest rate than at the
+    slowest (session 10 measured 0.74 at 8 req/s and 2.04 at 16 on this VM). A 95%
+    interval needs more passes than CI spends; examples/test_capacity.py runs the whole
+    search. Broken on purpose (the rate not doubled while the SLO holds), no pass
+    breaks the SLO and the bracket check fails."""
+    load = workloads.named("capacity").override(
+        {
+            "duration_s": 3,
+            "warmup_requests": 1,
+            "requests": {"rate": 4.0, "prompt_tokens": 256, "output_tokens": 16},
+        }
+    )
+    slo = {"ttft_p99_ms": 1_500, "itl_p99_ms": 1_000}
+    found = capacity_search(real_server, load, slo, tolerance=0.2, max_passes=5)
+    search = found.search
+    rates = dict(zip(search.rates, search.margins, strict=True))
+    assert search.held > 0 and search.broke < float("inf"), found.line()
+    assert rates[max(rates)] > rates[min(rates)], found.line()
+    assert search.passes <= 5 and "capacity of 'requests'" in found.line()
 
 
 def test_preemptions_counted_a_taken_port_retried_and_no_process_left(perf_project):
