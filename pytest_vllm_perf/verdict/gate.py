@@ -118,7 +118,7 @@ def evaluate(
     )
     note = compare.passes_note(stored.boots, current, gated)
     env = provenance.environment
-    found = _reported_only(stored, env.model, env.vllm_version, gate_other_release)
+    found = _reported_only(stored.environment, env.model, env.vllm_version, gate_other_release)
     if found is not None:
         status, note = found
         verdicts = [dataclasses.replace(v, gated=False) for v in verdicts]
@@ -218,26 +218,12 @@ def capacity(
             note="the workload or SLO differs from the baseline's: not compared",
         )
     verdict = capacity_stats.judge(stored, found, tolerance)
-    stored_env = data.get("environment", {})
-    stored_model, theirs = stored_env.get("model"), stored_env.get("vllm_version")
-    if stored_model and stored_model != env.model:
-        return CapacityGate(
-            GateStatus.OTHER_MODEL,
-            path,
-            stored,
-            dataclasses.replace(verdict, gated=False),
-            f"the baseline was measured on model {stored_model}, this run serves {env.model}: "
-            "compared, not gated (re-save the baseline)",
-        )
-    if theirs and theirs != env.vllm_version and not gate_other_release:
-        return CapacityGate(
-            GateStatus.OTHER_RELEASE,
-            path,
-            stored,
-            dataclasses.replace(verdict, gated=False),
-            f"the baseline was measured with vLLM {theirs}, this run has {env.vllm_version}: "
-            "compared, not gated (re-save the baseline, or --vllm-gate-other-release)",
-        )
+    reported = _reported_only(
+        data.get("environment", {}), env.model, env.vllm_version, gate_other_release
+    )
+    if reported is not None:
+        status, note = reported
+        return CapacityGate(status, path, stored, dataclasses.replace(verdict, gated=False), note)
     return CapacityGate(GateStatus.COMPARED, path, stored, verdict)
 
 
@@ -281,12 +267,15 @@ def precheck(
         return _missing(root, hardware_class, test_id, profile, path)
     if workload_hash is not None and stored.data.get("workload_hash") != workload_hash:
         return GateStatus.WORKLOAD_CHANGED, f"{path}: {WORKLOAD_NOTE}"
-    found = _reported_only(stored, model, vllm_version, gate_other_release)
+    found = _reported_only(stored.environment, model, vllm_version, gate_other_release)
     return None if found is None else (found[0], f"{path}: {found[1]}")
 
 
 def _reported_only(
-    stored: baseline.Baseline, model: str | None, ours: str | None, gate_other_release: bool
+    stored_env: Mapping[str, object],
+    model: str | None,
+    ours: str | None,
+    gate_other_release: bool,
 ) -> tuple[GateStatus, str] | None:
     """Why a baseline is compared and shown but not gated, or None when it gates.
 
@@ -294,13 +283,13 @@ def _reported_only(
     figures; another vLLM release's own regression must not be blamed on the change
     under test, unless ``gate_other_release`` (upgrading is a change of its own).
     """
-    stored_model = stored.environment.get("model")
+    stored_model = stored_env.get("model")
     if model is not None and stored_model and stored_model != model:
         return GateStatus.OTHER_MODEL, (
             f"the baseline was measured on model {stored_model}, this run serves {model}: "
             "compared, not gated (re-save the baseline)"
         )
-    theirs = stored.environment.get("vllm_version")
+    theirs = stored_env.get("vllm_version")
     if theirs and ours and theirs != ours and not gate_other_release:
         return GateStatus.OTHER_RELEASE, (
             f"the baseline was measured with vLLM {theirs}, this run has {ours}: compared, "

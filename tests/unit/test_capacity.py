@@ -3,6 +3,7 @@ coverage in a seeded simulation of the model (bench/capacity_coverage.py has the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -212,6 +213,12 @@ def test_a_stored_search_reads_back_and_a_corrupt_one_is_named(tmp_path):
     assert same.status is GateStatus.COMPARED and same.verdict.verdict == "unchanged"
     other = gate.capacity("t.py::t", found, {"itl_p99_ms": 50.0}, "w", provenance, tmp_path, 0.1)
     assert other.status is GateStatus.WORKLOAD_CHANGED and other.verdict is None
+    upgraded = dataclasses.replace(
+        provenance, environment=dataclasses.replace(env, vllm_version="0.33.0")
+    )
+    release = gate.capacity("t.py::t", found, slo, "w", upgraded, tmp_path, 0.1)
+    assert release.status is GateStatus.OTHER_RELEASE and not release.verdict.gated
+    assert not release.regressed
     saved.path.write_text('{"schema": 1, "kind": "capacity"}')
     with pytest.raises(BaselineError, match=str(saved.path)):
         gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1)
