@@ -31,7 +31,7 @@ from pytest_vllm_perf.core.records import (
     Verdict,
 )
 from pytest_vllm_perf.core.registry import default_tolerances, validate_tolerances
-from pytest_vllm_perf.core.workload import Workload
+from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.load import runner, scrape
 from pytest_vllm_perf.load.runner import GAUGES_EVERY_S
 from pytest_vllm_perf.serving.pool import SPLIT_NOTE, ServerHandle
@@ -208,7 +208,7 @@ def judged(verdict: MetricVerdict) -> str:
     )
 
 
-def _capacity_target(workload: Workload, slo: Mapping[str, float], cls: str | None) -> str:
+def _capacity_target(workload: Workload, slo: Mapping[str, float], cls: str | None) -> RequestClass:
     open_loop = [c for c in workload.classes if c.rate > 0]
     chosen = [c for c in open_loop if c.name == cls] if cls else open_loop
     if len(chosen) != 1:
@@ -219,7 +219,7 @@ def _capacity_target(workload: Workload, slo: Mapping[str, float], cls: str | No
         )
     thresholds.validate(dict(slo))
     workload.check_classes(slo, "slo")
-    return chosen[0].name
+    return chosen[0]
 
 
 def _capacity_trial(
@@ -268,11 +268,10 @@ def capacity_search(
     at which ``slo`` holds (``verdict.capacity``): one pass of ``workload`` per trial,
     its rate varied from the class's own."""
     target = _capacity_target(workload, slo, cls)
-    start_rps = next(c.rate for c in workload.classes if c.name == target)
     started = time.monotonic()
-    trial = _capacity_trial(handle, workload, target, slo, progress)
-    found = capacity.search(trial, start_rps, tolerance, max_passes)
-    return CapacityRun(found, target, dict(slo), time.monotonic() - started)
+    trial = _capacity_trial(handle, workload, target.name, slo, progress)
+    found = capacity.search(trial, target.rate, tolerance, max_passes)
+    return CapacityRun(found, target.name, dict(slo), time.monotonic() - started)
 
 
 def capacity_gate(
@@ -317,16 +316,15 @@ def capacity_ab(
     ``--vllm-ab-mode=sequential``) search one after the other, base first, so that
     each side boots once."""
     target = _capacity_target(workload, slo, cls)
-    start_rps = next(c.rate for c in workload.classes if c.name == target)
     started = time.monotonic()
     sources = {"base": base, "candidate": candidate}
     trials = {
-        side: _capacity_trial(source, workload, target, slo, progress, f" {side}")
+        side: _capacity_trial(source, workload, target.name, slo, progress, f" {side}")
         for side, source in sources.items()
     }
 
     def steps() -> Generator[float, float, capacity.Search]:
-        return capacity.searching(start_rps, tolerance, max_passes)
+        return capacity.searching(target.rate, tolerance, max_passes)
 
     if callable(base) and callable(candidate):
         found = {side: capacity.interleave({side: steps()}, trials)[side] for side in sources}
@@ -335,7 +333,7 @@ def capacity_ab(
     verdict = capacity.judge(found["base"], found["candidate"], tolerance)
     return CapacityRun(
         found["candidate"],
-        target,
+        target.name,
         dict(slo),
         time.monotonic() - started,
         base=found["base"],
