@@ -45,8 +45,13 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/actionlint
 
+# Four pytest-xdist workers on CI's two cores: the four longest engine files (each a
+# boot, then passes that wait on the engine) start at once, and the other files fill in
+# as they end. A worker takes whole files, so tests that share a server boot it once
+# (tests/conftest.py). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 4
 test: lint
-	$(BIN)/pytest tests $(ARGS)
+	$(BIN)/pytest tests $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(ARGS)
 
 # Regenerate docs/reference.md's tables (options, marker, metrics, workloads) from the code.
 reference: $(STAMP)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,57 @@ from tests.fake_server import FakeVllm, ServerThread
 from tests.real_engine import require_engine
 
 REPO = Path(__file__).resolve().parent.parent
+
+# vLLM's CPU build binds an engine's OpenMP thread to the last core by default and
+# leaves the other to the API server. Under xdist every worker's engines ran their
+# loads on that one core while the other idled (120% CPU of 200% over a run), so each
+# worker's engines get one core, the workers alternating (the engines inherit this).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw"):
+    _CORES = sorted(os.sched_getaffinity(0))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_CORES[int(_WORKER[2:]) % len(_CORES)]))
+
+# CI runs the suite on four pytest-xdist workers (``make test``: ``-n 4 --dist loadfile
+# --no-loadscope-reorder``, which keeps this order; xdist's own puts the files with the
+# most tests first, and the engine files have the fewest). A worker takes a whole file,
+# so the tests that share a module or session fixture (the real engine server of
+# tests/engine/test_engine.py, the 8B tokenizer, the installed wheel) are in one file
+# and it is built once. (``--dist loadgroup`` would group across files, but
+# pytest-xdist 3.8 names a group by rewriting ``item._nodeid``, which pytest 9.2 no
+# longer reads: every test ran on its own.) The engine files are most of CI's time (a
+# boot is three vLLM imports, 40-55 s on two cores, and each file boots its own
+# server), so the four longest start at once, one to a worker. xdist hands a worker
+# whose file has at most two tests left the next file at once, to run after them: two
+# tiny files come next, for the workers of the pull-request gate and the installed
+# wheel, so that no real work waits behind their long tests; then the SIGTERM file,
+# which lands behind the shared server's last two tests; then the unit and plugin
+# files, the longest first. Five workers (the SIGTERM file from the start, or a plugin
+# file) were about a minute faster but made the load average 13-25, and the plugin
+# tier's fake-server passes starved: a 4x slower fake server came out inconclusive, and
+# an A/A pass had zero output (regressed).
+FIRST = (
+    "tests/engine/test_engine.py",
+    "tests/engine/test_pr_gate.py",
+    "tests/engine/test_faults_engine.py",
+    "tests/engine/test_installed_package.py",
+    "tests/unit/test_redact.py",
+    "tests/unit/test_hardware.py",
+    "tests/engine/test_interrupt.py",
+    "tests/plugin/test_gate.py",
+    "tests/plugin/test_ab_gate.py",
+    "tests/plugin/test_capacity_gate.py",
+    "tests/unit/test_models.py",
+    "tests/plugin/test_surface.py",
+    "tests/unit/test_noise.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        return FIRST.index(path) if path in FIRST else len(FIRST)
+
+    items.sort(key=rank)  # stable: the order within a file, and of the others, is kept
 
 
 @pytest.fixture

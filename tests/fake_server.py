@@ -16,7 +16,7 @@ from aiohttp import web
 
 @dataclass
 class FakeVllm:
-    delay_s: float = 0.002
+    delay_s: float = 0.005
     short_by: int = 0
     preemptions: float = 0.0
     # a prefix cache that serves every token a prompt shares with the previous prompt

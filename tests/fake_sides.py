@@ -5,7 +5,7 @@ both A/B sides included, is the fake OpenAI-compatible server at ``$FAKE_VLLM_UR
 both sides), so the plugin tests of the A/B mechanism (naming, alternation, blocks,
 revisions) swap the pool instead: the sides' profiles resolve as they would for a user,
 and the measurements go to the fake server. Claims about real sides are made against
-the real engine (tests/engine/test_engine_gate.py, tests/engine/test_pr_gate.py).
+the real engine (tests/engine/test_pr_gate.py).
 """
 
 from __future__ import annotations

@@ -94,3 +94,26 @@ def tagged_processes(tag: str) -> list[int]:
     and workers with setproctitle, which overwrites their environment, so the tag is
     not readable there: the session (the server's process group leader's) finds them."""
     return sorted(set(_tagged(tag)) | set(session_members(server_sessions(tag))))
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def engine_core(tag: str) -> list[int]:
+    """vLLM renames its engine core process (setproctitle): seen in cmdline, or comm."""
+    return [
+        p
+        for p in tagged_processes(tag)
+        if "VLLM::EngineCore" in _cmdline(p) or _comm(p).startswith("VLLM::EngineCor")
+    ]

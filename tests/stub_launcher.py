@@ -11,7 +11,10 @@ memo of a failed boot) is tested without vLLM:
 - ``port-taken``: prints vLLM's bind error and exits 1;
 - ``crash``: prints a traceback line and exits 3;
 - ``stubborn``: answers ``/health``, ignores SIGTERM, and starts a child in the same
-  process group that ignores SIGTERM too (an engine core that hangs on shutdown).
+  process group that ignores SIGTERM too (an engine core that hangs on shutdown);
+- ``parent``: answers ``/health`` and starts a child in the same process group that
+  outlives it (an API server killed, its engine core orphaned); the child's pid is
+  appended to ``STUB_STARTS`` as ``child PID``.
 """
 
 from __future__ import annotations
@@ -63,6 +66,10 @@ def main() -> int:
             "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"
         )
         subprocess.Popen([sys.executable, "-c", child])
+    elif mode == "parent":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        with open(starts, "a", encoding="utf-8") as fh:
+            fh.write(f"child 0 {child.pid}\n")
     _serve(port)
     return 0
 

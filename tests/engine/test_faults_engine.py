@@ -1,27 +1,63 @@
-"""The fault matrix on the real engine: each case ends in bounded time with nothing left
-running. Faults without a dying process (HTTP 500, a stalled stream, a full disk, a
-refused folder, a corrupt baseline) are in tests/plugin/test_faults.py,
-tests/unit/test_baseline_store.py and tests/plugin/test_gate.py; Ctrl-C and SIGTERM
-during load are in tests/engine/test_engine.py."""
+"""Faults on the real engine, each on a server of its own: Ctrl-C while vLLM boots, a flag
+vLLM rejects, a port taken before vLLM binds it and an engine core killed during the
+load (the last two ride on the preemption test's small-KV boot). Each ends the run in
+bounded time with the documented status and nothing left running. The longest test
+comes first (see tests/conftest.py: xdist hands this worker another file when two
+tests are left, and they are short).
+
+The rest of the fault matrix: SIGTERM during the load is tests/engine/test_interrupt.py's;
+the API server killed with its children orphaned, a
+hanging or crashing boot and a port lost are tests/unit/test_server_lifecycle.py's,
+through a stub launcher; faults without a dying process (HTTP 500, a stalled stream, a
+full disk, a refused folder, a corrupt baseline) are in tests/plugin/test_faults.py,
+tests/unit/test_baseline_store.py and tests/plugin/test_gate.py.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.real_engine import (
+    engine_core,
     require_engine,
     server_sessions,
     session_members,
     start_pytest,
     tagged_processes,
+    vllm_processes,
 )
 
 pytestmark = pytest.mark.engine
+
+# The first port the plugin picks is held by a listener, as another process could take it
+# between the pick and vLLM's bind: vLLM must fail with its own "address already in use"
+# and the plugin retry on a new port (tests/unit/test_server_lifecycle.py covers the
+# retry logic with a stub; this shows vLLM's real message is recognised). It rides on
+# the preemption test's boot, since CI pays for every boot (issue 24).
+PORT_TAKEN = """
+import socket
+
+from pytest_vllm_perf.serving import server
+
+HELD = socket.socket()
+HELD.bind(("127.0.0.1", 0))
+HELD.listen()
+_real, _calls = server.free_port, []
+
+
+def _first_taken(host="127.0.0.1"):
+    _calls.append(host)
+    return HELD.getsockname()[1] if len(_calls) == 1 else _real(host)
+
+
+server.free_port = _first_taken
+"""
+
 
 SLOW = """
 import pytest
@@ -32,94 +68,120 @@ def test_slow(vllm_perf):
 """
 
 
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
+def test_preemptions_counted_a_taken_port_retried_and_a_killed_engine_core_ends_the_run(
+    perf_project, no_orphans
+):
+    """Three claims on one small-KV boot, since CI pays for every boot (issue 24):
 
+    - a first test under KV pressure counts vLLM's preemptions (``min_preemptions: 1``);
+    - the port taken before vLLM bound it is retried on a new one (``PORT_TAKEN``);
+    - the second test's 600 s pass on the same server ends when vLLM's engine core is
+      killed: only noticing the fault can end it within the bound, and the run ends
+      with exit 1 and "vLLM server died", with nothing left (the orphan check).
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def engine_core(tag: str) -> list[int]:
-    """vLLM renames its engine core process (setproctitle): seen in cmdline, or comm."""
-    return [
-        p
-        for p in tagged_processes(tag)
-        if "VLLM::EngineCore" in _cmdline(p) or _comm(p).startswith("VLLM::EngineCor")
-    ]
-
-
-def kill(pids: list[int]) -> None:
-    assert pids, "no such process to kill"
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
-
-
-def api_server(tag: str) -> list[int]:
-    return [p for p in tagged_processes(tag) if "pytest_vllm_perf.launch serve" in _cmdline(p)]
-
-
-FAULTS = {
-    # (what to wait for in the output, what to do then, the exit code expected)
-    "sigint-during-boot": ("booting vLLM", lambda proc, tag: proc.send_signal(signal.SIGINT), 2),
-    "engine-core-killed": (
-        " done, ",
-        lambda proc, tag: kill(engine_core(tag)),
-        1,
-    ),
-    "api-server-killed": (
-        " done, ",
-        lambda proc, tag: kill(api_server(tag)),
-        1,
-    ),
-}
-
-
-@pytest.mark.parametrize("fault", list(FAULTS))
-def test_fault_ends_the_run_in_bounded_time_with_nothing_left(perf_project, fault):
-    """A 600 s pass: only noticing the fault can end the run within the bound."""
+    The API server killed instead (its children orphaned) is
+    tests/unit/test_server_lifecycle.py's, through a stub whose child outlives it.
+    """
     require_engine()
-    wait_for, act, code = FAULTS[fault]
-    tag = f"{perf_project.path.name}-{fault}"
+    perf_project.makeconftest(PORT_TAKEN)
+    perf_project.makepyfile(
+        test_kv="""
+        import pytest
+
+        @pytest.mark.vllm_perf(workload="kv_pressure", profile="small-kv", duration_s=8, repeat=1,
+                               seq={"users": 8, "prompt_tokens": 256, "output_tokens": 128},
+                               thresholds={"min_preemptions": 1})
+        def test_a_kv(vllm_perf):
+            outcome = vllm_perf.run()
+            print("PREEMPTIONS", outcome.result.metrics["preemptions"])
+
+        @pytest.mark.vllm_perf(workload="decode", profile="small-kv", duration_s=600,
+                               chat={"users": 2})
+        def test_b_slow(vllm_perf):
+            print("SLOW LOAD STARTING", flush=True)
+            vllm_perf.run()
+    """
+    )
+    proc = start_pytest(perf_project.path, no_orphans)
+    output: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 400
+        slow = False
+        for line in proc.stdout:
+            output.append(line)
+            slow = slow or "SLOW LOAD STARTING" in line
+            if (slow and " done, " in line) or time.monotonic() > deadline:
+                break  # a few seconds into the second test's load
+        cores = engine_core(no_orphans)
+        assert slow and cores, "".join(output)[-3000:]
+        for pid in cores:
+            os.kill(pid, signal.SIGKILL)
+        rest, _ = proc.communicate(timeout=120)
+        output.append(rest)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+    text = "".join(output)
+    assert proc.returncode == 1, text[-3000:]
+    assert re.search(r"^PREEMPTIONS [1-9]", text, re.MULTILINE), text[-3000:]
+    assert re.search(r"port \d+ was taken before vLLM bound it; retrying on \d+", text), text
+    assert "ready at http://127.0.0.1:" in text
+    assert "vLLM server died" in text, text[-3000:]
+    # the fault ended the pass, not the boot timeout nor the 600 s
+    assert "not healthy after" not in text, text[-3000:]
+    assert re.search(r"1 failed, 1 passed", text), text[-3000:]
+    assert vllm_processes(str(perf_project.path)) == []
+
+
+def test_rejected_engine_flag_fails_fast_with_vllm_message(perf_project):
+    require_engine()
+    (perf_project.path / "profiles" / "bad.yaml").write_text("engine: {no_such_flag: 3}\n")
     perf_project.makepyfile(test_slow=SLOW)
-    proc = start_pytest(perf_project.path, tag)
+    result = perf_project.runpytest_subprocess("--vllm-profile=bad", "-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    # failed when vLLM exited, not after the 600 s boot timeout (a clock bound of 90 s
+    # here failed on a busy machine)
+    result.stdout.fnmatch_lines(["*exited with code*", "*--no-such-flag*"])
+    assert "not healthy after" not in result.stdout.str()
+    assert vllm_processes(str(perf_project.path)) == []
+
+
+def test_sigint_during_boot_ends_the_run_with_nothing_left(perf_project, no_orphans):
+    """Broken on purpose (``VllmServer._start_once`` not stopping the server when the
+    wait for health is interrupted), vLLM's processes outlive the run and the last
+    checks fail."""
+    require_engine()
+    perf_project.makepyfile(test_slow=SLOW)
+    proc = start_pytest(perf_project.path, no_orphans)
     output = []
     try:
         assert proc.stdout is not None
         deadline = time.monotonic() + 300
         for line in proc.stdout:
             output.append(line)
-            if wait_for in line or time.monotonic() > deadline:
+            if "booting vLLM" in line or time.monotonic() > deadline:
                 break
-        time.sleep(3)  # well inside the boot, or a few seconds into the load
-        assert tagged_processes(tag), "the server should be starting or up by now"
-        sessions = server_sessions(tag)  # known before a fault can kill their leader
-        act(proc, tag)
-        acted = time.monotonic()
+        time.sleep(3)  # well inside the boot
+        assert tagged_processes(no_orphans), "the server should be starting by now"
+        sessions = server_sessions(no_orphans)  # known before the leader can die
+        proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=120)
         output.append(rest)
-        ended_s = time.monotonic() - acted
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate(timeout=60)
-            for pid in tagged_processes(tag):  # a failed case must not orphan its server
+            for pid in tagged_processes(no_orphans):  # a failed case must not orphan
                 os.kill(pid, signal.SIGKILL)
     text = "".join(output)
-    assert proc.returncode == code, text[-3000:]
-    # bounded: the communicate above allows 120 s; the run ended on the fault itself,
-    # not on the boot timeout (a clock bound of 90 s here failed on a busy machine)
-    assert "not healthy after" not in text, (ended_s, text[-3000:])
-    if code == 1:
-        assert "vLLM server died" in text, text[-3000:]
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, text[-3000:]
+    assert "not healthy after" not in text, text[-3000:]
     deadline = time.monotonic() + 30
-    while (tagged_processes(tag) or session_members(sessions)) and time.monotonic() < deadline:
+    while (tagged_processes(no_orphans) or session_members(sessions)) and (
+        time.monotonic() < deadline
+    ):
         time.sleep(1)
-    assert tagged_processes(tag) == []
+    assert tagged_processes(no_orphans) == []
     assert session_members(sessions) == []

@@ -1,8 +1,8 @@
 """The pull-request gate on the real engine, in a scratch git repository (issues 23, 24).
 
 What the GPU workflow runs (``python -m pytest_vllm_perf.prgate``), run here on the
-CPU engine: an A/A against ``HEAD`` passes, and a commit that makes the profile worse
-fails against ``HEAD~1``, naming the regressed metric and the changed setting.
+CPU engine: a commit that makes the profile worse fails against ``HEAD~1``, naming the
+regressed metric and the changed setting.
 """
 
 from __future__ import annotations
@@ -54,9 +54,15 @@ def _gate(repo: Path, out: str, *args: str) -> tuple[int, str, dict]:
     )
 
 
-def test_pull_request_gate_passes_an_aa_and_fails_a_worse_commit(tmp_path):
+def test_pull_request_gate_fails_a_worse_commit(tmp_path):
     """Broken on purpose (``--vllm-ab-rev`` reading the working tree's profile instead
-    of the revision's), the second run is an A/A and passes: the exit-1 assertion fails.
+    of the revision's), the run is an A/A and passes: the exit-1 assertion fails.
+
+    An A/A through this script (two more boots, 150 s of CI) was dropped when CI's
+    boots were counted (issue 24): the A/A false-alarm rate is measured by
+    ``bench/gate_power.py`` on the CPU engine and the H200, a stored-baseline A/A on
+    the real engine is ``test_engine.py``'s, and ``--vllm-ab-rev``'s A/A with the
+    profile as committed is tests/plugin/test_gate.py's.
     """
     require_engine()
     repo = tmp_path / "serving-config"
@@ -70,27 +76,29 @@ def test_pull_request_gate_passes_an_aa_and_fails_a_worse_commit(tmp_path):
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "a serving config")
 
-    # A/A: the profile against itself as committed at HEAD; no stored step
-    status, text, record = _gate(repo, "out-aa", "--base=HEAD", "--profiles=gate", "--stored=")
-    assert status == 0, text
-    # both sides booted once, passes alternated ABBA, nothing stored
-    assert text.count("booting vLLM") == 2, text
-    order = re.findall(r"A/B pass (\d)/8 (base|candidate) \(gate(?:@HEAD)?\): starting", text)
-    assert order[:4] == [("1", "base"), ("1", "candidate"), ("2", "candidate"), ("2", "base")]
-    assert len(order) == 16, order
-    assert not (repo / ".vllm-perf").exists()
-    assert "'gate' against 'gate@HEAD'" in text, text
-    assert "regressed" not in text.split("# vLLM perf gate")[-1], text
-    assert record["gpus"] == 0 and record["steps"][0]["status"] == 0
-
     # a worse commit: found as changed since HEAD~1 with no --profiles, and failed
     profile.write_text("engine: {max_model_len: 2048, max_num_seqs: 1}\n")
     git(repo, "commit", "-qam", "one sequence at a time")
     status, text, record = _gate(repo, "out-worse", "--base=HEAD~1")
     summary = text.split("# vLLM perf gate")[-1]
     assert status == 1, text
+    # both sides booted once, passes alternated ABBA, nothing stored
+    assert text.count("booting vLLM") == 2, text
+    order = re.findall(r"A/B pass (\d)/8 (base|candidate) \(gate(?:@HEAD~1)?\): starting", text)
+    assert order[:4] == [("1", "base"), ("1", "candidate"), ("2", "candidate"), ("2", "base")]
+    assert len(order) == 16, order
+    assert not (repo / ".vllm-perf").exists()
+    assert record["gpus"] == 0
     assert "--vllm-profile=gate --vllm-ab-rev=HEAD~1" in summary
-    assert re.search(r"ttft_p50_ms: .*\) regressed", summary), summary
+    # a gated metric regressed (a verdict line without "[reported, not gated]"): TTFT p50
+    # (x13.7-x22 in quiet runs) or throughput; under CI's xdist load one pair of TTFT
+    # p50 once fell inside the tolerance, which left it inconclusive at Holm's 0.07
+    # while throughput (x0.37, every pair) failed the run
+    assert re.search(
+        r"(ttft_p50_ms|output_throughput|itl_p50_ms|tpot_mean_ms): .*\) regressed$",
+        summary,
+        re.MULTILINE,
+    ), summary
     assert "differs from what it is judged against: profile engine.max_num_seqs (unset) -> 1" in (
         summary
     ), summary

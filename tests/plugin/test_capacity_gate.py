@@ -2,7 +2,9 @@
 server with a capacity (each token waits longer per stream in flight): saved as a
 baseline, judged against it, and judged A/B. The fake server proves the plumbing and
 the verdict's wording; the statistics are tests/unit/test_capacity.py's, and the real
-engine's capacity is examples/test_capacity.py's."""
+engine's capacity is examples/test_capacity.py's. The SLO is on ITL p50: on p99, under
+CI's xdist load, the event loop's stalls made single passes break the SLO at random and
+an A/A search stayed unresolved (inconclusive) after 10 passes a side."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 CAPACITY_TEST = """
 def test_capacity(vllm_perf):
     found = vllm_perf.capacity(
-        "capacity", slo={"itl_p99_ms": 20}, tolerance=0.5, max_passes=10, duration_s=1,
+        "capacity", slo={"itl_p50_ms": 20}, tolerance=0.5, max_passes=10, duration_s=1,
         warmup_requests=1, requests={"rate": 20.0, "prompt_tokens": 16, "output_tokens": 8},
     )
     print("LINE", found.line())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,29 @@ def test_stop_kills_a_group_that_ignores_sigterm(tmp_path, stub):
     vllm.stop(grace_s=0.5)
     assert process.returncode == -signal.SIGKILL  # TERM was ignored: KILL ended it
     assert all(gone(p) for p in [pid, *children])
+
+
+def test_a_killed_api_server_is_noticed_and_its_orphaned_child_stopped(tmp_path, stub):
+    """The API server killed (SIGKILL), its engine core left running in its group: the
+    death is reported as the run's error, and stopping the server stops the orphan.
+    On the real engine this cost CI a boot of its own; vLLM's engine core also exits
+    when its parent dies, which would hide a stop that missed it, so the stub's child
+    does not. Broken on purpose (``_stop_group`` signalling the leader's pid instead
+    of its group), the child survives and the last assertion fails."""
+    stub("parent")
+    vllm = server(tmp_path)
+    vllm.start()
+    [(_, _, pid), (_, _, child)] = stub.started()
+    vllm.check_alive()
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(ServerError, match=r"vLLM server died \(exit -9\)"):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the poll sees the death at once, or soon
+            vllm.check_alive()
+            time.sleep(0.05)
+    assert not gone(child)  # orphaned, still running
+    vllm.stop(grace_s=5)
+    assert gone(child)
 
 
 def _pgrp(proc_dir: Path) -> int | None:

@@ -1,0 +1,173 @@
+"""A/B runs, revisions as a side, and promoted reports through the plugin (fake server).
+
+Split from tests/plugin/test_gate.py, whose project and runners it shares, so that CI's
+xdist workers (which take whole files) spread the plugin tier's longest file over two.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from tests.plugin.test_gate import run, run_ab, stored
+
+
+def test_ab_mode_compares_two_sides_without_a_stored_baseline(project, fake_vllm, monkeypatch):
+    """Both sides measure the same fake server here (A/A through the plugin surface);
+    tests/engine/test_pr_gate.py runs A/B between two real servers."""
+    result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab=default", "-s")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "A/B pass 1/6 base (default)" in out and "A/B pass 1/6 candidate (p)" in out
+    result.stdout.fnmatch_lines(
+        ["*test_perf*p*pass*", "*'p' against 'default', two servers up, one loaded at a time*"]
+    )
+    assert "regressed" not in out
+    assert stored(project) == []  # nothing is stored in A/B mode
+    result.stdout.re_match_lines([r".*::test_perf\s+p\s.*pass\s+(unchanged|inconclusive|improved)"])
+
+
+def test_sequential_ab_runs_the_sides_in_blocks_and_says_so(project, fake_vllm, monkeypatch):
+    """--vllm-ab-mode=sequential: one side at a time on one slot, blocks CBBC, pass k
+    paired with pass k, and the note says how the sides ran. Broken on purpose (the
+    plugin ignoring the mode), the passes alternate ABBA and the order check fails."""
+    result = run_ab(
+        project, fake_vllm, monkeypatch, "--vllm-ab=default", "--vllm-ab-mode=sequential", "-s"
+    )
+    result.assert_outcomes(passed=1)
+    order = re.findall(
+        r"A/B pass (\d)/6 (base|candidate) \((?:default|p)\): starting", result.stdout.str()
+    )
+    expected = [(str(k), "candidate") for k in (1, 2, 3)]
+    expected += [(str(k), "base") for k in range(1, 7)]
+    expected += [(str(k), "candidate") for k in (4, 5, 6)]
+    assert order == expected
+    result.stdout.fnmatch_lines(
+        ["*'p' against 'default', booted in turn, passes in blocks (CBBC)*"]
+    )
+    assert "regressed" not in result.stdout.str()
+
+
+def test_ab_mode_usage_errors(project, fake_vllm, monkeypatch):
+    result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab=nosuch")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown vLLM profile 'nosuch'*"])
+    result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab=default", "--vllm-save-baseline")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--vllm-ab compares two live sides and stores nothing*"])
+    # one server someone started cannot be both sides; found before any request
+    result = run(project, fake_vllm, "--vllm-ab=default")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert fake_vllm.requests == []
+    [line] = [ln for ln in result.stderr.lines if ln.startswith("ERROR:")]
+    assert "--vllm-url measures one server you started" in line
+    result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab=default@no-such-venv")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--vllm-ab 'default@no-such-venv': expected PROFILE@VENV*no-such-venv is not an exec*"]
+    )
+
+
+def test_promoted_report_is_the_baseline_a_save_writes(project, fake_vllm, capsys):
+    """A --vllm-json report promoted by the CLI holds the same passes as --vllm-save-baseline
+    wrote in the same run; two reports make two boots, and the next run gates against them."""
+    from pytest_vllm_perf import cli
+
+    run(project, fake_vllm, "--vllm-save-baseline", "--vllm-json=r1.json").assert_outcomes(passed=1)
+    run(project, fake_vllm, "--vllm-json=r2.json").assert_outcomes(passed=1)
+    saved = json.loads(stored(project)[0].read_text())
+    store = project.path / "promoted"
+    reports = [str(project.path / "r1.json"), str(project.path / "r2.json")]
+    assert cli.main(["promote", *reports, "--store", str(store)]) == 0
+    assert "2 boot(s)" in capsys.readouterr().out
+    (path,) = sorted(store.rglob("*.json"))
+    assert path.relative_to(store) == stored(project)[0].relative_to(project.path / ".vllm-perf")
+    promoted = json.loads(path.read_text())
+    assert [b["promoted_from"] for b in promoted["boots"]] == reports
+    for key in ("test", "profile", "profile_hash", "workload", "workload_hash"):
+        assert promoted[key] == saved[key], key
+    first, mine = promoted["boots"][0], saved["boots"][0]
+    assert first["environment"] == mine["environment"]
+    assert [p["metrics"] for p in first["passes"]] == [p["metrics"] for p in mine["passes"]]
+    newest = json.loads((project.path / "r2.json").read_text())["results"][0]
+    assert promoted["distribution"] == newest["distribution"]  # the newest boot's, as saves do
+    assert "hf_supersecretvalue1" not in path.read_text()
+
+    result = run(project, fake_vllm, f"--vllm-baseline-dir={store}", "--vllm-json=r3.json")
+    result.assert_outcomes(passed=1)
+    gate = json.loads((project.path / "r3.json").read_text())["results"][0]["baseline"]
+    assert gate["path"] == str(path)
+    assert gate["verdicts"] and all("2 baseline boots" in v["basis"] for v in gate["verdicts"])
+
+
+def test_promote_refuses_a_report_of_another_workload(project, fake_vllm, capsys):
+    from pytest_vllm_perf import cli
+
+    run(project, fake_vllm, "--vllm-json=r1.json").assert_outcomes(passed=1)
+    data = json.loads((project.path / "r1.json").read_text())
+    data["results"][0]["workload"]["duration_s"] = 2
+    (project.path / "r2.json").write_text(json.dumps(data))
+    store = project.path / "promoted"
+    args = ["promote", str(project.path / "r1.json"), str(project.path / "r2.json")]
+    assert cli.main([*args, "--store", str(store)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot add a boot: the workload differs" in err and "\n" not in err
+    assert not list(store.rglob("*.json"))  # nothing half-written
+    (project.path / "bad.json").write_text("{}")
+    assert cli.main(["promote", str(project.path / "bad.json"), "--store", str(store)]) == 2
+    assert "bad.json: not a --vllm-json report" in capsys.readouterr().err
+
+
+def _git(project, *args):
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=project.path, check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def test_ab_rev_judges_each_profile_against_itself_at_a_revision(project, fake_vllm, monkeypatch):
+    """--vllm-ab-rev reads the profiles as committed at REV with git (nothing checked
+    out); a profile REV lacks is judged against default, and the note says so. Both
+    sides measure the one fake server here: the mechanism; the engine tests run it."""
+    _git(project, "init", "-q")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-q", "-m", "base")
+    (project.path / "profiles" / "p.yaml").write_text("extends: default\nengine: {seed: 7}\n")
+    result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab-rev=HEAD", "--vllm-json=ab.json")
+    result.assert_outcomes(passed=1)
+    [found] = json.loads((project.path / "ab.json").read_text())["results"]
+    gate = found["baseline"]
+    assert gate["status"] == "a/b"
+    assert "'p' against 'p@HEAD'" in gate["note"]
+    assert "profile engine.seed (unset) -> 7" in gate["changes"]
+    # a profile the revision does not have: judged against default, and said so
+    (project.path / "profiles" / "new.yaml").write_text("extends: default\n")
+    fresh = run_ab(
+        project, fake_vllm, monkeypatch, "--vllm-ab-rev=HEAD", "--vllm-json=new.json",
+        profile="new", repeat=2,
+    )  # fmt: skip
+    fresh.assert_outcomes(passed=1)
+    [found] = json.loads((project.path / "new.json").read_text())["results"]
+    assert "'new' against 'default@HEAD'" in found["baseline"]["note"]
+    assert (
+        "profile 'new' does not exist at HEAD: judged against 'default'"
+        in found["baseline"]["note"]
+    )
+    assert not (project.path / ".vllm-perf").exists()  # an A/B run stores nothing
+
+
+def test_ab_rev_usage_errors(project, fake_vllm, monkeypatch):
+    _git(project, "init", "-q")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-q", "-m", "base")
+    bad = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab-rev=no-such-rev")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--vllm-ab-rev 'no-such-rev': not a commit of*"])
+    both = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab-rev=HEAD", "--vllm-ab=default")
+    assert both.ret == pytest.ExitCode.USAGE_ERROR
+    both.stderr.fnmatch_lines(["*--vllm-ab and --vllm-ab-rev exclude each other*"])
+    saving = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab-rev=HEAD", "--vllm-save-baseline")
+    assert saving.ret == pytest.ExitCode.USAGE_ERROR
