@@ -35,11 +35,12 @@ if _WORKER.startswith("gw"):
 # whose file has at most two tests left the next file at once, to run after them: two
 # tiny files come next, for the workers of the pull-request gate and the installed
 # wheel, so that no real work waits behind their long tests; then the SIGTERM file,
-# which lands behind the shared server's last two tests; then the unit and plugin
-# files, the longest first. Five workers (the SIGTERM file from the start, or a plugin
-# file) were about a minute faster but made the load average 13-25, and the plugin
-# tier's fake-server passes starved: a 4x slower fake server came out inconclusive, and
-# an A/A pass had zero output (regressed).
+# which lands behind the shared server's last two tests; then the unit files, and the
+# plugin files last. The plugin tier times a fake server in the test's own process: a
+# baseline saved while four engines booted and a rerun measured once they were done
+# differ by more than its regressions, so a 3x slower fake server passed and a rerun of
+# the same one failed when plugin files ran among the engine files (fresh-clone run of
+# ad23ec2). Five workers were about a minute faster but made the load average 13-25.
 FIRST = (
     "tests/engine/test_engine.py",
     "tests/engine/test_pr_gate.py",
@@ -48,19 +49,25 @@ FIRST = (
     "tests/unit/test_redact.py",
     "tests/unit/test_hardware.py",
     "tests/engine/test_interrupt.py",
+    "tests/unit/test_models.py",
+    "tests/unit/test_noise.py",
+)
+LAST = (  # the plugin files, the longest first
     "tests/plugin/test_gate.py",
     "tests/plugin/test_ab_gate.py",
     "tests/plugin/test_capacity_gate.py",
-    "tests/unit/test_models.py",
     "tests/plugin/test_surface.py",
-    "tests/unit/test_noise.py",
 )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
+    def rank(item: pytest.Item) -> tuple[int, int]:
         path = item.nodeid.split("::")[0]
-        return FIRST.index(path) if path in FIRST else len(FIRST)
+        if path in FIRST:
+            return (0, FIRST.index(path))
+        if path.startswith("tests/plugin/"):
+            return (2, LAST.index(path) if path in LAST else len(LAST))
+        return (1, 0)
 
     items.sort(key=rank)  # stable: the order within a file, and of the others, is kept
 
