@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
 import pytest
 
 from tests.plugin.test_gate import run, run_ab, stored
+from tests.scratch_git import git
 
 
 def test_ab_mode_compares_two_sides_without_a_stored_baseline(project, fake_vllm, monkeypatch):
@@ -121,20 +121,13 @@ def test_promote_refuses_a_report_of_another_workload(project, fake_vllm, capsys
     assert "bad.json: not a --vllm-json report" in capsys.readouterr().err
 
 
-def _git(project, *args):
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=project.path, check=True, capture_output=True,
-    )  # fmt: skip
-
-
 def test_ab_rev_judges_each_profile_against_itself_at_a_revision(project, fake_vllm, monkeypatch):
     """--vllm-ab-rev reads the profiles as committed at REV with git (nothing checked
     out); a profile REV lacks is judged against default, and the note says so. Both
     sides measure the one fake server here: the mechanism; the engine tests run it."""
-    _git(project, "init", "-q")
-    _git(project, "add", "-A")
-    _git(project, "commit", "-q", "-m", "base")
+    git(project.path, "init", "-q")
+    git(project.path, "add", "-A")
+    git(project.path, "commit", "-q", "-m", "base")
     (project.path / "profiles" / "p.yaml").write_text("extends: default\nengine: {seed: 7}\n")
     result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab-rev=HEAD", "--vllm-json=ab.json")
     result.assert_outcomes(passed=1)
@@ -160,9 +153,9 @@ def test_ab_rev_judges_each_profile_against_itself_at_a_revision(project, fake_v
 
 
 def test_ab_rev_usage_errors(project, fake_vllm, monkeypatch):
-    _git(project, "init", "-q")
-    _git(project, "add", "-A")
-    _git(project, "commit", "-q", "-m", "base")
+    git(project.path, "init", "-q")
+    git(project.path, "add", "-A")
+    git(project.path, "commit", "-q", "-m", "base")
     bad = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab-rev=no-such-rev")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*--vllm-ab-rev 'no-such-rev': not a commit of*"])
