@@ -14,7 +14,10 @@ memo of a failed boot) is tested without vLLM:
   process group that ignores SIGTERM too (an engine core that hangs on shutdown);
 - ``parent``: answers ``/health`` and starts a child in the same process group that
   outlives it (an API server killed, its engine core orphaned); the child's pid is
-  appended to ``STUB_STARTS`` as ``child PID``.
+  appended to ``STUB_STARTS`` as ``child PID``;
+- ``slow-exit``: answers ``/health``; on SIGTERM appends ``term PID TIME`` to
+  ``STUB_STARTS``, takes a second to shut down (vLLM's CPU server takes about 4),
+  then appends ``exit PID TIME`` and exits 0.
 """
 
 from __future__ import annotations
@@ -66,6 +69,17 @@ def main() -> int:
             "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"
         )
         subprocess.Popen([sys.executable, "-c", child])
+    elif mode == "slow-exit":
+
+        def shutdown(_sig: int, _frame: object) -> None:
+            with open(starts, "a", encoding="utf-8") as fh:
+                fh.write(f"term {os.getpid()} {time.time()}\n")
+            time.sleep(1.0)
+            with open(starts, "a", encoding="utf-8") as fh:
+                fh.write(f"exit {os.getpid()} {time.time()}\n")
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, shutdown)
     elif mode == "parent":
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
         with open(starts, "a", encoding="utf-8") as fh:

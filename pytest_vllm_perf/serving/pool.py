@@ -28,7 +28,13 @@ from pytest_vllm_perf.config.profiles import EngineSettings, Profile
 from pytest_vllm_perf.core import atomic, redact
 from pytest_vllm_perf.core.records import Platform, Progress, Provenance
 from pytest_vllm_perf.serving import hardware, models
-from pytest_vllm_perf.serving.server import ExternalServer, ServerError, ServerSpec, VllmServer
+from pytest_vllm_perf.serving.server import (
+    ExternalServer,
+    ServerError,
+    ServerSpec,
+    VllmServer,
+    stop_servers,
+)
 
 __all__ = [
     "SPLIT_NOTE",
@@ -237,9 +243,9 @@ class ServerPool:
             current[1].server.stop()
 
     def stop(self) -> None:
-        """Stop every server this pool started."""
-        for slot in list(self._resident):
-            self._stop_slot(slot)
+        """Stop every server this pool started, all at once (an A/B run's two sides)."""
+        resident, self._resident = self._resident, {}
+        stop_servers([h.server for _, h in resident.values() if isinstance(h.server, VllmServer)])
 
 
 def served_model(base_url: str) -> str:

@@ -95,7 +95,7 @@ def test_a_crash_during_boot_names_the_exit_code_and_the_log(tmp_path, stub):
 
 def test_stop_kills_a_group_that_ignores_sigterm(tmp_path, stub):
     """TERM, then KILL after the grace period, to the whole group: the stubborn server
-    and its stubborn child both go. Broken on purpose (no SIGKILL step in _stop_group),
+    and its stubborn child both go. Broken on purpose (no SIGKILL step in _stop_groups),
     both are still alive and the last assertion fails."""
     stub("stubborn")
     vllm = server(tmp_path)
@@ -119,7 +119,7 @@ def test_a_killed_api_server_is_noticed_and_its_orphaned_child_stopped(tmp_path,
     death is reported as the run's error, and stopping the server stops the orphan.
     On the real engine this cost CI a boot of its own; vLLM's engine core also exits
     when its parent dies, which would hide a stop that missed it, so the stub's child
-    does not. Broken on purpose (``_stop_group`` signalling the leader's pid instead
+    does not. Broken on purpose (``_stop_groups`` signalling the leader's pid instead
     of its group), the child survives and the last assertion fails."""
     stub("parent")
     vllm = server(tmp_path)
@@ -135,6 +135,27 @@ def test_a_killed_api_server_is_noticed_and_its_orphaned_child_stopped(tmp_path,
     assert not gone(child)  # orphaned, still running
     vllm.stop(grace_s=5)
     assert gone(child)
+
+
+def test_a_pool_stops_its_servers_at_once(tmp_path, stub, monkeypatch):
+    """An A/B run's two servers are stopped together: each gets TERM before either has
+    gone (each stub takes a second to shut down after TERM). Broken on purpose (the pool
+    stopping one slot, then the other), the second TERM comes after the first exit and
+    the order check fails."""
+    stub("slow-exit")
+    pool = ServerPool(PoolConfig(tmp_path, model="m", platform="cpu"))
+    spec = ServerSpec("m", (), launcher=(str(STUB),))
+    monkeypatch.setattr(
+        pool, "spec", lambda profile, python=None: (spec, EngineSettings({}, ()), "cpu")
+    )
+    handles = [pool.get(Profile(side, tmp_path / f"{side}.yaml"), slot=side) for side in "ab"]
+    pool.stop()
+    assert all(not h.server.running() for h in handles)
+    events = [line.split() for line in (tmp_path / "starts").read_text().splitlines()]
+    term = {pid: float(t) for kind, pid, t in events if kind == "term"}
+    exit_ = {pid: float(t) for kind, pid, t in events if kind == "exit"}
+    assert len(term) == len(exit_) == 2, events
+    assert max(term.values()) < min(exit_.values()), events
 
 
 def _pgrp(proc_dir: Path) -> int | None:
