@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,25 @@ def start_pytest(folder: Path, tag: str) -> subprocess.Popen[str]:
         env={**os.environ, "VLLM_PERF_TEST_TAG": tag},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler),
     )
+
+
+@contextlib.contextmanager
+def pytest_child(folder: Path, tag: str) -> Iterator[subprocess.Popen[str]]:
+    """``start_pytest``'s child for the body of a ``with``. If the body leaves while the
+    child still runs (a failed assertion, a timeout), the child is killed and drained, and
+    so is every process it started: its servers run in sessions of their own and would
+    outlive it. A child that has ended is left alone, so that the orphan checks after the
+    ``with`` see what it left."""
+    proc = start_pytest(folder, tag)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+            for pid in tagged_processes(tag):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def vllm_processes(marker: str) -> list[str]:

@@ -24,10 +24,10 @@ import pytest
 
 from tests.real_engine import (
     engine_core,
+    pytest_child,
     require_engine,
     server_sessions,
     session_members,
-    start_pytest,
     tagged_processes,
     vllm_processes,
 )
@@ -102,9 +102,8 @@ def test_preemptions_counted_a_taken_port_retried_and_a_killed_engine_core_ends_
             vllm_perf.run()
     """
     )
-    proc = start_pytest(perf_project.path, no_orphans)
     output: list[str] = []
-    try:
+    with pytest_child(perf_project.path, no_orphans) as proc:
         assert proc.stdout is not None
         deadline = time.monotonic() + 400
         slow = False
@@ -119,10 +118,6 @@ def test_preemptions_counted_a_taken_port_retried_and_a_killed_engine_core_ends_
             os.kill(pid, signal.SIGKILL)
         rest, _ = proc.communicate(timeout=120)
         output.append(rest)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=60)
     text = "".join(output)
     assert proc.returncode == 1, text[-3000:]
     assert re.search(r"^PREEMPTIONS [1-9]", text, re.MULTILINE), text[-3000:]
@@ -154,9 +149,8 @@ def test_sigint_during_boot_ends_the_run_with_nothing_left(perf_project, no_orph
     checks fail."""
     require_engine()
     perf_project.makepyfile(test_slow=SLOW)
-    proc = start_pytest(perf_project.path, no_orphans)
     output = []
-    try:
+    with pytest_child(perf_project.path, no_orphans) as proc:
         assert proc.stdout is not None
         deadline = time.monotonic() + 300
         for line in proc.stdout:
@@ -169,12 +163,6 @@ def test_sigint_during_boot_ends_the_run_with_nothing_left(perf_project, no_orph
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=120)
         output.append(rest)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=60)
-            for pid in tagged_processes(no_orphans):  # a failed case must not orphan
-                os.kill(pid, signal.SIGKILL)
     text = "".join(output)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, text[-3000:]
     assert "not healthy after" not in text, text[-3000:]

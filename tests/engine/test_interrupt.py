@@ -12,7 +12,7 @@ import time
 import pytest
 
 from pytest_vllm_perf.load import scrape
-from tests.real_engine import require_engine, start_pytest, tagged_processes, vllm_processes
+from tests.real_engine import pytest_child, require_engine, tagged_processes, vllm_processes
 
 pytestmark = pytest.mark.engine
 
@@ -51,9 +51,8 @@ def test_interrupt_during_load_leaves_no_vllm_process(perf_project, no_orphans, 
     require_engine()
     started = perf_project.path / "second-started"
     perf_project.makepyfile(test_slow=SIGTERM_TESTS.format(started=str(started)))
-    proc = start_pytest(perf_project.path, no_orphans)
     lines: list[str] = []
-    try:
+    with pytest_child(perf_project.path, no_orphans) as proc:
         assert proc.stdout is not None
         deadline = time.monotonic() + 300
         for line in proc.stdout:
@@ -72,10 +71,6 @@ def test_interrupt_during_load_leaves_no_vllm_process(perf_project, no_orphans, 
             time.sleep(0.3)
         out, _ = proc.communicate(timeout=120)
         stopped_s = time.monotonic() - signalled
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=60)
     # the documented status: 2, interrupted, whether Ctrl-C or SIGTERM; the whole
     # session ends, so the second test never starts (SystemExit inside the first test
     # once failed it and went on to boot the second one's server)
