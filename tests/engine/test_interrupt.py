@@ -1,7 +1,8 @@
 """SIGTERM during the load, on the real engine, from a user folder with two perf tests
 (issue 24's acceptance): the whole session ends within 15 s with exit 2, the second
 test never starts, and no vLLM process is left. The same boot shows vLLM's prefix cache
-off."""
+off: broken on purpose (``no-prefix-cache`` turning caching on), vLLM's counters read
+7680 hits of 13664 queried tokens and the last check fails (session 13)."""
 
 from __future__ import annotations
 
