@@ -37,7 +37,9 @@ if _WORKER.startswith("gw"):
 # whose file has at most two tests left the next file at once, to run after them: two
 # tiny files come next, for the workers of the pull-request gate and the installed
 # wheel, so that no real work waits behind their long tests; then the SIGTERM file,
-# which lands behind the shared server's last two tests; then the unit files, and last
+# which lands behind the shared server's last two tests, and a small unit file that lands
+# behind it (the 8B tokenizer's file did: 70 s to train with no cache, at the end of
+# that worker's chain in session 13); then the unit files, and last
 # the plugin files and the unit files that time the fake server (test_window.py read
 # x1.36 between a short and a long pass among the engine files, where it asserts x1.0
 # within 15%). The plugin tier times a fake server in the test's own process: a
@@ -53,24 +55,28 @@ FIRST = (
     "tests/unit/test_redact.py",
     "tests/unit/test_hardware.py",
     "tests/engine/test_interrupt.py",
+    "tests/unit/test_registry.py",
     "tests/unit/test_models.py",
     "tests/unit/test_noise.py",
 )
 # The files that compare the fake server's timings (verdicts, capacity, windows): each
-# starts once no engine file runs (``_engine_files_apart``). The capacity file (two
-# tests, about 70 s) comes after the other long ones: xdist queues the next file
-# behind one with two tests left, and test_gate.py queued behind it was the suite's
-# last 50 s in session 13's fresh-clone run of dfcd467 (ended at 480 s, the other
-# workers at 432-436 s); small unit files follow it instead.
+# starts once no engine file runs (``_engine_files_apart``). The capacity file, two
+# tests and about 70 s, comes first with the small unit files right behind it: xdist
+# (loadfile) hands a worker the next file as soon as its current one has two tests or
+# fewer left, so whatever follows the capacity file waits for both its tests. Last
+# of the timed files, a 53 s test_gate.py queued behind it (session 13, fresh clone of
+# dfcd467: that worker ended at 480 s, the others at 432-436 s); after test_gate.py, the
+# capacity file itself was queued behind test_gate.py's last two tests (fresh clone of
+# 633952a: 504 s against 450-457 s).
 TIMED = (
-    "tests/plugin/test_gate.py",
-    "tests/plugin/test_ab_gate.py",
-    "tests/plugin/test_gate_provenance.py",
     "tests/plugin/test_capacity_gate.py",
     "tests/unit/test_window.py",
     "tests/unit/test_multi_turn.py",
     "tests/unit/test_trace.py",
     "tests/unit/test_scrape.py",
+    "tests/plugin/test_gate.py",
+    "tests/plugin/test_ab_gate.py",
+    "tests/plugin/test_gate_provenance.py",
 )
 # The plugin files that time nothing (usage errors, help, thresholds far from the
 # fake server's figures, request faults) come before them, so that the workers freed
