@@ -63,7 +63,7 @@ def test_pull_request_gate_fails_a_worse_commit(tmp_path):
     boots were counted (issue 24): the A/A false-alarm rate is measured by
     ``bench/gate_power.py`` on the CPU engine and the H200, a stored-baseline A/A on
     the real engine is ``test_engine.py``'s, and ``--vllm-ab-rev``'s A/A with the
-    profile as committed is tests/plugin/test_gate.py's.
+    profile as committed is tests/plugin/test_ab_gate.py's.
     """
     require_engine()
     repo = tmp_path / "serving-config"
