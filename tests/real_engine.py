@@ -61,11 +61,8 @@ def pytest_child(folder: Path, tag: str) -> Iterator[subprocess.Popen[str]]:
 def vllm_processes(marker: str) -> list[str]:
     """Full command lines of live processes that mention ``marker`` (read from /proc)."""
     found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        args = _cmdline(int(pid_dir.name))
         if marker in args and "pytest_vllm_perf.launch" in args:
             found.append(args)
     return found
@@ -126,9 +123,10 @@ def _comm(pid: int) -> str:
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
 
 
 def engine_core(tag: str) -> list[int]:
