@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -200,7 +200,7 @@ class VllmServer:
         stop_servers([self], grace_s)
 
 
-def stop_servers(servers: Iterable[VllmServer], grace_s: float = 20.0) -> None:
+def stop_servers(servers: Sequence[VllmServer], grace_s: float = 20.0) -> None:
     """Stop several servers at once: TERM every group, then wait for all of them, and KILL
     what is left after ``grace_s``. vLLM's CPU server takes about 4 s to go down after
     TERM, and in turn an A/B run's two took 8.5 s of every session's end (session 13,
