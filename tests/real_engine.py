@@ -8,7 +8,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,19 @@ def pytest_child(folder: Path, tag: str) -> Iterator[subprocess.Popen[str]]:
             for pid in tagged_processes(tag):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+
+
+def read_until(
+    proc: subprocess.Popen[str], output: list[str], stop: Callable[[str], bool], timeout_s: float
+) -> None:
+    """Read the child's lines into ``output`` until one makes ``stop`` true, the child's
+    output ends, or ``timeout_s`` has passed (looked at as each line comes)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    for line in proc.stdout:
+        output.append(line)
+        if stop(line) or time.monotonic() > deadline:
+            return
 
 
 def vllm_processes(marker: str) -> list[str]:

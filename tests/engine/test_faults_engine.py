@@ -25,6 +25,7 @@ import pytest
 from tests.real_engine import (
     engine_core,
     pytest_child,
+    read_until,
     require_engine,
     server_sessions,
     session_members,
@@ -108,14 +109,14 @@ def test_preemptions_counted_a_taken_port_retried_and_a_killed_engine_core_ends_
     )
     output: list[str] = []
     with pytest_child(perf_project.path, no_orphans) as proc:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 400
-        slow = False
-        for line in proc.stdout:
-            output.append(line)
-            slow = slow or "SLOW LOAD STARTING" in line
-            if (slow and " done, " in line) or time.monotonic() > deadline:
-                break  # a few seconds into the second test's load
+        # until a few seconds into the second test's load
+        read_until(
+            proc,
+            output,
+            lambda line: " done, " in line and any("SLOW LOAD STARTING" in o for o in output),
+            timeout_s=400,
+        )
+        slow = any("SLOW LOAD STARTING" in o for o in output)
         cores = engine_core(no_orphans)
         assert slow and cores, "".join(output)[-3000:]
         for pid in cores:
@@ -155,12 +156,7 @@ def test_sigint_during_boot_ends_the_run_with_nothing_left(perf_project, no_orph
     perf_project.makepyfile(test_slow=SLOW)
     output = []
     with pytest_child(perf_project.path, no_orphans) as proc:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 300
-        for line in proc.stdout:
-            output.append(line)
-            if "booting vLLM" in line or time.monotonic() > deadline:
-                break
+        read_until(proc, output, lambda line: "booting vLLM" in line, timeout_s=300)
         time.sleep(3)  # well inside the boot
         assert tagged_processes(no_orphans), "the server should be starting by now"
         sessions = server_sessions(no_orphans)  # known before the leader can die

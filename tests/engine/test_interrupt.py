@@ -13,7 +13,13 @@ import time
 import pytest
 
 from pytest_vllm_perf.load import scrape
-from tests.real_engine import pytest_child, require_engine, tagged_processes, vllm_processes
+from tests.real_engine import (
+    pytest_child,
+    read_until,
+    require_engine,
+    tagged_processes,
+    vllm_processes,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -37,6 +43,12 @@ def test_b_second(vllm_perf):
 """
 
 
+def _done(line: str) -> int:
+    """Requests done, from a progress line; 0 for other lines."""
+    found = re.search(r" (\d+) done, ", line)
+    return int(found.group(1)) if found else 0
+
+
 @pytest.mark.parametrize(
     "signals",
     [
@@ -54,14 +66,8 @@ def test_interrupt_during_load_leaves_no_vllm_process(perf_project, no_orphans, 
     perf_project.makepyfile(test_slow=SIGTERM_TESTS.format(started=str(started)))
     lines: list[str] = []
     with pytest_child(perf_project.path, no_orphans) as proc:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 300
-        for line in proc.stdout:
-            lines.append(line)
-            done = re.search(r" (\d+) done, ", line)
-            # the workload is running, past the conversations' second turns
-            if (done and int(done.group(1)) >= 4) or time.monotonic() > deadline:
-                break
+        # the workload is running, past the conversations' second turns
+        read_until(proc, lines, lambda line: _done(line) >= 4, timeout_s=300)
         assert vllm_processes(str(perf_project.path)), "the server should be up by now"
         assert len(tagged_processes(no_orphans)) >= 2  # pytest and the server, at least
         [url] = re.findall(r"ready at (http://127\.0\.0\.1:\d+)", "".join(lines))
