@@ -114,7 +114,9 @@ class ServerThread:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        runner = web.AppRunner(self.fake.app())
+        # a stalled stream (stall_every) is cancelled 1 s into the exit, not aiohttp's
+        # 60 s: the thread outlived its 10 s join, 10 s of teardown (session 14)
+        runner = web.AppRunner(self.fake.app(), shutdown_timeout=1.0)
         self.loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
         self.loop.run_until_complete(site.start())
@@ -122,6 +124,13 @@ class ServerThread:
         self._ready.set()
         self.loop.run_forever()
         self.loop.run_until_complete(runner.cleanup())
+        # what aiohttp left after its timeout (the stalled streams) is cancelled here,
+        # not destroyed pending when the process ends
+        left = asyncio.all_tasks(self.loop)
+        for task in left:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        self.loop.close()
 
     def __enter__(self) -> str:
         self._thread.start()
