@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -135,16 +136,21 @@ def build(preset: ModelPreset, cache_dir: Path) -> Path:
         return folder
     cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=cache_dir))
-    train_tokenizer(preset.tokenizer, preset.vocab_size, staging)
-    (staging / "config.json").write_text(json.dumps(preset.config(), indent=2) + "\n")
-    (staging / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": 1, "eos_token_id": 2}) + "\n"
-    )
     try:
-        os.rename(staging, folder)  # atomic: concurrent builders never see a half folder
-    except OSError:
-        if not (folder / "config.json").is_file():
-            raise
+        train_tokenizer(preset.tokenizer, preset.vocab_size, staging)
+        (staging / "config.json").write_text(json.dumps(preset.config(), indent=2) + "\n")
+        (staging / "generation_config.json").write_text(
+            json.dumps({"bos_token_id": 1, "eos_token_id": 2}) + "\n"
+        )
+        try:
+            os.rename(staging, folder)  # atomic: concurrent builders never see a half folder
+        except OSError:
+            if not (folder / "config.json").is_file():
+                raise
+    finally:
+        # a failed build's, or the copy of a builder that lost the race: once, a whole
+        # 9 MB 8B tokenizer was left behind in the test cache (session 14)
+        shutil.rmtree(staging, ignore_errors=True)
     return folder
 
 

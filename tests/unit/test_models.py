@@ -118,3 +118,31 @@ def test_bpe_costs_more_to_tokenize_than_word_level(llama_8b, tmp_path):
     print(f"2000 tokens: BPE {best['bpe'] * 1e3:.2f} ms, word-level "
           f"{best['word'] * 1e3:.2f} ms, x{ratio:.2f}")  # fmt: skip
     assert ratio > 1.0
+
+
+def test_a_builder_that_loses_the_race_or_fails_leaves_no_staging_folder(tmp_path, monkeypatch):
+    """A lost race once left a whole 9 MB 8B tokenizer in the test cache (session 14).
+    Broken on purpose, each check fails on a ``.building-*`` folder: with the staging
+    folder never removed, the race's; with it removed only when the race is lost, the
+    failed build's."""
+    real = models.train_tokenizer
+
+    def rival_finishes_first(kind, vocab_size, folder):
+        real(kind, vocab_size, folder)
+        other = tmp_path / models.folder_name(models.TINY)
+        other.mkdir()
+        (other / "config.json").write_text("{}")  # another process's finished build
+
+    monkeypatch.setattr(models, "train_tokenizer", rival_finishes_first)
+    folder = models.build(models.TINY, tmp_path)
+    assert (folder / "config.json").read_text() == "{}"  # the winner's, untouched
+    assert [p.name for p in tmp_path.iterdir()] == [folder.name]
+
+    def fails(kind, vocab_size, folder):
+        (folder / "tokenizer.json").write_text("half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(models, "train_tokenizer", fails)
+    with pytest.raises(OSError, match="disk full"):
+        models.build(models.TINY, tmp_path / "other")
+    assert list((tmp_path / "other").iterdir()) == []
