@@ -86,6 +86,10 @@ def test_preemptions_counted_a_taken_port_retried_and_a_killed_engine_core_ends_
     The API server killed instead (its children orphaned) is
     tests/unit/test_server_lifecycle.py's, through a stub whose child outlives it.
 
+    Broken on purpose (small-kv's CPU blocks raised from 12 to 200), nothing is
+    preempted in the 4 s pass, the child's ``min_preemptions`` threshold fails and so
+    does the PREEMPTIONS check here (session 14).
+
     Broken on purpose (``measure`` not telling the load whether the server is alive),
     the 600 s pass goes on failing requests, the child still runs 120 s after the kill
     and the test fails on the timeout, with nothing left running (session 13).
