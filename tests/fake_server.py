@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -32,6 +33,9 @@ class FakeVllm:
     # so latency rises with the request rate (for the capacity search's plumbing)
     per_stream_s: float = 0.0
     _streams: int = 0
+    # when each content chunk was written (perf_counter, the client's clock too): what
+    # the server itself streamed, for checks that must not depend on the machine's pace
+    written: list[float] = field(default_factory=list)
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -94,6 +98,7 @@ class FakeVllm:
                 await asyncio.sleep(self.delay_s + self.per_stream_s * self._streams)
                 chunk = {"choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}]}
                 await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.written.append(time.perf_counter())
         finally:
             self._streams -= 1
         usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n}

@@ -190,7 +190,9 @@ def gate_notes(outcomes: Sequence[Outcome]) -> list[str]:
         if g.changes:  # what a reviewer looks for first when a verdict moved
             lines.append(f"{where}: differs from what it is judged against: {'; '.join(g.changes)}")
         for v in g.verdicts:
-            if v.verdict is not Verdict.UNCHANGED:
+            # every gated metric, whatever its verdict: a gated ``unchanged`` left out
+            # read as a metric never judged (a decode rerun printed no itl_p50_ms line)
+            if v.gated or v.verdict is not Verdict.UNCHANGED:
                 lines.append(f"  {where} {describe_verdict(v)}")
     return lines
 

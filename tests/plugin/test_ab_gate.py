@@ -77,7 +77,13 @@ def test_promoted_report_is_the_baseline_a_save_writes(project, fake_vllm, capsy
     from pytest_vllm_perf import cli
 
     run(project, fake_vllm, "--vllm-save-baseline", "--vllm-json=r1.json").assert_outcomes(passed=1)
-    run(project, fake_vllm, "--vllm-json=r2.json").assert_outcomes(passed=1)
+    # the second report judged against nothing: an A/A of timed fake-server passes can
+    # come out regressed on a busy machine (x3.2 and x4.2 at load average 5-15), and
+    # what is checked here is the promotion, not that verdict
+    nothing = project.path / "empty-store"
+    run(
+        project, fake_vllm, "--vllm-json=r2.json", f"--vllm-baseline-dir={nothing}"
+    ).assert_outcomes(passed=1)
     saved = json.loads(stored(project)[0].read_text())
     store = project.path / "promoted"
     reports = [str(project.path / "r1.json"), str(project.path / "r2.json")]
@@ -97,9 +103,10 @@ def test_promoted_report_is_the_baseline_a_save_writes(project, fake_vllm, capsy
     assert "hf_supersecretvalue1" not in path.read_text()
 
     result = run(project, fake_vllm, f"--vllm-baseline-dir={store}", "--vllm-json=r3.json")
-    result.assert_outcomes(passed=1)
+    outcomes = result.parseoutcomes()  # the A/A's verdict is not this test's claim
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1, result.stdout.str()
     gate = json.loads((project.path / "r3.json").read_text())["results"][0]["baseline"]
-    assert gate["path"] == str(path)
+    assert gate["path"] == str(path) and gate["status"] == "compared", gate
     assert gate["verdicts"] and all("2 baseline boots" in v["basis"] for v in gate["verdicts"])
 
 

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from tests.plugin.test_gate import PASSES, run, stored
+from tests.plugin.test_gate import PASSES, SLOWDOWN, run, stored
 
 
 def test_require_baseline_fails_at_collection_on_a_baseline_that_cannot_gate(project, fake_vllm):
@@ -60,7 +60,7 @@ def test_other_hardware_is_not_compared(project, fake_vllm):
 
 
 def saved_with_environment(project, fake_vllm, key: str, value: str) -> str:
-    """Save a baseline, set one key of its boot's environment, slow the server x4.
+    """Save a baseline, set one key of its boot's environment, slow the server down.
 
     Returns the key's value as saved (this run's own)."""
     run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
@@ -69,7 +69,7 @@ def saved_with_environment(project, fake_vllm, key: str, value: str) -> str:
     ours = data["boots"][0]["environment"][key]
     data["boots"][0]["environment"][key] = value
     path.write_text(json.dumps(data))
-    fake_vllm.delay_s *= 4  # a regression, which the baseline's figures cannot blame
+    fake_vllm.delay_s *= SLOWDOWN  # a regression, which the baseline's figures cannot blame
     return ours
 
 
@@ -87,6 +87,12 @@ def test_baseline_of_another_release_is_reported_not_gated(project, fake_vllm):
     result = run(project, fake_vllm, "--vllm-gate-other-release")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*>> tpot_mean_ms:*regressed*", "*vllm_version 0.0.1 -> *"])
+    # a baseline of another release fails a run that requires one, found before any
+    # load (the check after the run: tests/unit/test_require_baseline.py)
+    required = run(project, fake_vllm, "--vllm-require-baseline")
+    assert required.ret != pytest.ExitCode.OK
+    out = required.stdout.str() + required.stderr.str()
+    assert "--vllm-require-baseline (other release)" in out, out
 
 
 def test_baseline_of_another_model_is_reported_not_gated(project, fake_vllm):
@@ -128,7 +134,7 @@ def test_single_pass_schema_1_baseline_is_compared_with_a_warning(project, fake_
         "samples": {"records": records},
     }
     path.write_text(json.dumps(schema_1))
-    fake_vllm.delay_s *= 4
+    fake_vllm.delay_s *= SLOWDOWN
     result = run(project, fake_vllm)
     # one pass a side: its time-block interval understates run-to-run noise (a
     # simulated A/A with a 3% pass-to-pass shift came out 17% regressed), so it is

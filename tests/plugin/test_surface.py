@@ -3,6 +3,8 @@ tests/test_engine.py repeats the claims that matter against the real vLLM engine
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 PERF_TEST = """
@@ -161,7 +163,11 @@ def test_capacity_reports_its_search_and_fails_below_the_minimum(perf_project, f
     result = run(perf_project, fake_vllm.url, "-s")
     result.assert_outcomes(failed=2)
     out = result.stdout.str()
-    assert "capacity: 8 req/s -> SLO margin 0.0" in out and "capacity: 64 req/s" in out
+    # the margin held (below 1) at every rate: its size is the machine's business (0.13
+    # at 8 req/s with the machine loaded, 0.0x quiet)
+    margins = [float(m) for m in re.findall(r"capacity: \d+ req/s -> SLO margin ([\d.]+)", out)]
+    assert len(margins) == 4 and all(m < 1 for m in margins), out
+    assert "capacity: 8 req/s -> SLO margin" in out and "capacity: 64 req/s" in out
     result.stdout.fnmatch_lines(
         [
             "*capacity of 'requests' under ttft_p99_ms <= 10000: no bracket found "
