@@ -23,10 +23,13 @@ def test_require_baseline_fails_at_collection_on_a_baseline_that_cannot_gate(pro
     gate passed every pull request that way)."""
     run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
     # the saved baseline records the fake server's model; without --vllm-url the run
-    # would boot the embedded tiny preset, another model
+    # would boot the embedded tiny preset, another model. A boot may take 1 s: broken
+    # on purpose (the preset's model unknown to the precheck), the child booted the
+    # real engine for 4.5 minutes before failing; now the boot times out at once
     result = project.runpytest_subprocess(
-        "--vllm-profile=p", "-p", "no:cacheprovider", "--vllm-require-baseline"
-    )
+        "--vllm-profile=p", "-p", "no:cacheprovider", "--vllm-require-baseline",
+        "--vllm-boot-timeout=1",
+    )  # fmt: skip
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*test_perf*--vllm-require-baseline (other model):*measured on model fake-model*"]

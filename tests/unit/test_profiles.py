@@ -107,6 +107,15 @@ def test_malformed_yaml_names_file(tmp_path):
         ("engine: {MaxSeqs: 1}\n", "engine.MaxSeqs"),
         ("thresholds: {ttft_p98_ms: 1}\n", "ttft_p98_ms"),
         ("extends: 3\n", "extends"),
+        # tolerances and cpu overrides are validated as engine and thresholds are
+        ("tolerances: {itl_p98_ms: 0.2}\n", "tolerances: unknown metric 'itl_p98_ms'"),
+        ("tolerances: {itl_p99_ms: wide}\n", "tolerances.itl_p99_ms"),
+        ("tolerances: {itl_p99_ms: -0.1}\n", "tolerances: tolerance 'itl_p99_ms'"),
+        ("tolerances: {completed: 0.1}\n", "not a compared metric"),
+        ("tolerances: [1]\n", "tolerances: expected dict"),
+        ("cpu: {MaxSeqs: 1}\n", "cpu.MaxSeqs"),
+        ("cpu: {max_num_seqs: 2024-01-01}\n", "cpu.max_num_seqs"),
+        ("cpu: [1]\n", "cpu: expected dict"),
     ],
 )
 def test_wrong_types_name_the_key(tmp_path, text, key):

@@ -62,6 +62,15 @@ def test_ramp_up_requests_count_for_what_they_streamed_inside_the_window():
     assert stats.window_rates((p,))["request_throughput"] == pytest.approx(2 * 7 / 3.0)
 
 
+def test_the_window_starts_when_the_ramp_up_ends():
+    """Nothing streams during a 1 s ramp-up here, then 100 tok/s: a window opened at the
+    pass's start instead (broken on purpose) reads 2/3 of it."""
+    user = [stream(1.0 + 0.5 * k, 50, 0.01) for k in range(6)]  # 1.0 .. 4.0, back to back
+    p = PassRecord(tuple(user), duration_s=3.0, ramp_s=1.0)
+    assert p.window == (1.0, 4.0)
+    assert stats.window_rates((p,))["output_throughput"] == pytest.approx(100, rel=0.01)
+
+
 def test_window_counts_a_chunk_of_several_tokens_as_all_of_them():
     r = RequestRecord("c", 0.0, 0.1, (0.1,), 0.2, 8, 10, 10)  # 2 chunks of 5 tokens
     assert stats.window_counts([r], 0.0, 0.15) == (5.0, 0)
