@@ -3,6 +3,8 @@ rate the implemented verdict keeps under it (seeded, so the figures are exact)."
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -38,7 +40,13 @@ def test_fit_recovers_the_scales_it_is_given():
 
 def test_fit_uses_the_passes_every_boot_measured():
     boots = [{0: 1.0, 1: 1.1, 2: float("nan")}, {0: 1.0, 1: 1.1, 2: 1.2}, {0: 1.01, 1: 1.12}]
-    assert noise.fit(boots).residual >= 0
+    common = [{0: 1.0, 1: 1.1}, {0: 1.0, 1: 1.1}, {0: 1.01, 1: 1.12}]
+    assert noise.fit(boots) == noise.fit(common)  # pass 2 left out of every boot
+    # the one interaction there is: boot 3's pass 1 rose x1.109 where the others' rose
+    # x1.1. One cell off by d in a 3 x 2 table leaves residuals d/3 (twice) and d/6
+    # (four times): a mean square of (d**2 / 3) / 2, so the residual scale is d / sqrt(6)
+    d = math.log(1.12 / 1.01) - math.log(1.1)
+    assert noise.fit(common).residual == pytest.approx(abs(d) / math.sqrt(6), rel=1e-9)
     with pytest.raises(ValueError, match="two boots with two common passes"):
         noise.fit([{0: 1.0}])
 
