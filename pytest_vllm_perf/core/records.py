@@ -244,9 +244,12 @@ class GateStatus(StrEnum):
 class MetricVerdict:
     """One metric compared: ratio current / baseline, its 95% interval, the verdict.
 
-    ``p_value`` is the two-sided p of "no change" from the same test the interval
-    inverts; ``p_holm`` is it adjusted over the test's gated metrics. ``gated``
-    metrics fail the test on ``regressed``; the others are reported only.
+    ``p_value`` is the two-sided p of "no change beyond the tolerance" (and the drift
+    allowance) from the test whose interval is shown; NaN where a rule decided (a
+    current side that could not be measured; ``failed``, whose exact test is in its
+    ``basis``). ``p_holm`` is it
+    adjusted over the test's gated metrics. ``gated`` metrics fail the test on
+    ``regressed``; the others are reported only.
     """
 
     metric: str

@@ -180,3 +180,60 @@ def test_8_an_unreadable_metrics_endpoint_is_not_a_counter_that_did_not_move():
     p = PassRecord((req("chat", 0.01, 4),), 1.0, counters={"preemptions": math.nan})
     per = [stats.pass_metrics(load, p)]
     assert math.isnan(stats.measure_metrics(load, [p], {}, per)["preemptions"])
+
+
+def test_9_a_failed_request_in_one_baseline_pass_does_not_hide_a_slower_current():
+    """One baseline pass with a failed request has an infinite TTFT p99; a current TTFT
+    five times the baseline's finite ones came out inconclusive ("no finite values").
+    An infinite value ranks above every finite one, as the rank tests allow."""
+    rng = np.random.default_rng(9)
+    base = compare.Passes(
+        tuple({"ttft_p99_ms": 100 * rng.uniform(0.95, 1.05)} for _ in range(8)),
+        tuple(range(8)), (4.0,) * 8,
+    )  # fmt: skip
+    base = compare.Passes(
+        ({"ttft_p99_ms": math.inf}, *base.metrics[1:]), base.indices, base.durations
+    )
+    cur = compare.Passes(
+        tuple({"ttft_p99_ms": 500 * rng.uniform(0.95, 1.05)} for _ in range(8)),
+        tuple(range(8)), (4.0,) * 8,
+    )  # fmt: skip
+    for pair in (False, True):
+        [found] = compare.compare(
+            [base], cur, ["ttft_p99_ms"], {}, gated=["ttft_p99_ms"], pair=pair
+        )
+        assert found.verdict is Verdict.REGRESSED, found
+        assert "infinite" in found.basis and math.isfinite(found.ratio), found
+    # and the other way round: a current side as slow as the baseline's infinite pass
+    # is not a regression for having it
+    [same] = compare.compare([base], base, ["ttft_p99_ms"], {}, gated=["ttft_p99_ms"])
+    assert same.verdict is not Verdict.REGRESSED, same
+
+
+def failures(rng: np.random.Generator, rate: float, n: int = 8) -> compare.Passes:
+    return compare.Passes(
+        tuple({"failed": float(rng.poisson(rate))} for _ in range(n)),
+        tuple(range(n)), (4.0,) * n,
+    )  # fmt: skip
+
+
+def test_10_sporadic_failures_fail_an_a_a_at_most_at_the_tests_level():
+    """Failed requests at 0.1 a pass on both sides: "more per pass than the baseline"
+    called 8.7% of such A/A tests regressed. The exact conditional test keeps that
+    under its 5% (measured over 2000 simulated A/A tests), prints every excess as
+    inconclusive with its counts, and still fails a real rise."""
+    rng = np.random.default_rng(10)
+    verdicts = [
+        compare._failed_requests([failures(rng, 0.1)], failures(rng, 0.1)) for _ in range(2000)
+    ]
+    flagged = [v for v in verdicts if v]
+    regressed = sum(v[0].verdict is Verdict.REGRESSED for v in flagged) / len(verdicts)
+    assert regressed <= 0.05, regressed
+    assert any(v[0].verdict is Verdict.INCONCLUSIVE for v in flagged)  # shown, not hidden
+    assert all("failed request(s) in 8 current passes" in v[0].basis for v in flagged)
+    none = compare.Passes(({"failed": 0.0},) * 8, tuple(range(8)), (4.0,) * 8)
+    six = compare.Passes(
+        ({"failed": 1.0},) * 6 + ({"failed": 0.0},) * 2, tuple(range(8)), (4.0,) * 8
+    )
+    [found] = compare._failed_requests([none], six)
+    assert found.verdict is Verdict.REGRESSED and "p=0.0156" in found.basis, found
