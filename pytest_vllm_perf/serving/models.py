@@ -81,6 +81,11 @@ class ModelPreset:
 
 # Small enough to boot in ~35 s on two CPU cores; 8192 context so real profiles fit.
 TINY = ModelPreset("tiny-llama", 256, 512, 2, 4, 4, 8192, 4096)
+# The CPU demo's model: a decode step of 10-16 ms on one core (bench/results/cpu/
+# burst_presets.md), slow enough that the engine, not a starved API server, paces the
+# stream. The tiny model's 6 ms step streamed in bursts (median gap 0.01-0.02 ms) in 7 of
+# 8 A/B passes of the chunked side with two servers up on two cores.
+SMALL = ModelPreset("small-llama", 512, 1408, 4, 8, 8, 8192, 4096)
 # The layer sizes of Llama-3.1-8B and its vocabulary size, with a byte-level BPE
 # tokenizer trained here (no hub): the LM head and the tokenizer cost what they do
 # for the real model.
@@ -93,7 +98,7 @@ LLAMA_8B = ModelPreset(
 LLAMA_70B = ModelPreset(
     "llama-3.1-70b-shaped", 8192, 28672, 80, 64, 8, 131072, 128256, tokenizer="bpe"
 )
-PRESETS: Final = {"tiny": TINY, "llama-8b": LLAMA_8B, "llama-70b": LLAMA_70B}
+PRESETS: Final = {"tiny": TINY, "small": SMALL, "llama-8b": LLAMA_8B, "llama-70b": LLAMA_70B}
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
 # BPE training text: this many distinct words, drawn with Zipf-like weights, so that
 # frequent words become one token and rare ones split, as in natural text.

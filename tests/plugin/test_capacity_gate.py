@@ -43,8 +43,9 @@ def test_a_saved_capacity_gates_a_slower_server_and_passes_the_same_one(project,
     Saved, then the same server under --vllm-require-baseline (the capacity baseline
     counts at collection; before, only a workload baseline did): judged. A server
     whose per-stream cost is three times higher has about a third of the capacity:
-    'capacity regressed', and the test fails. (At four times, one stream alone came
-    near the SLO's ITL limit, the search halved the rate down to passes with no request
+    'capacity regressed', and the test fails (x0.318 with a CPU burner beside it). (At
+    four times, on the earlier 2 ms a stream and 20 ms SLO, one stream alone came near
+    the SLO's ITL limit, the search halved the rate down to passes with no request
     and stopped with an error in 2 of 4 runs; at three times, 5 of 5 passed.) Broken on
     purpose (the stored verdict forced to inconclusive), the last run passes and this
     fails."""
