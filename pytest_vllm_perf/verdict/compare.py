@@ -500,11 +500,7 @@ def _failed_requests(
     )
     verdict = Verdict.REGRESSED if p < alpha else Verdict.INCONCLUSIVE
     ratio = c_rate / b_rate if b_rate else math.inf
-    return [
-        MetricVerdict(
-            "failed", b_rate, c_rate, ratio, math.nan, math.nan, 0.0, verdict, basis
-        )
-    ]
+    return [MetricVerdict("failed", b_rate, c_rate, ratio, math.nan, math.nan, 0.0, verdict, basis)]
 
 
 def measured_counts(side: Sequence[Passes], key: str) -> int:
