@@ -8,7 +8,10 @@ from pytest_vllm_perf.options import OPTIONS
 
 BAD = [
     ("--vllm-boot-timeout=abc", "expected a number of seconds > 0, got 'abc'"),
-    ("--vllm-model-preset=nosuch", "expected one of tiny, small, llama-8b, llama-70b, got 'nosuch'"),
+    (
+        "--vllm-model-preset=nosuch",
+        "expected one of tiny, small, llama-8b, llama-70b, got 'nosuch'",
+    ),
     ("--vllm-repeat=0", "expected a whole number of passes >= 1, got '0'"),
     ("--vllm-platform=tpu", "expected one of auto, cpu, cuda, got 'tpu'"),
     ("--vllm-url=localhost:8000", "expected an http:// or https:// URL, got 'localhost:8000'"),
