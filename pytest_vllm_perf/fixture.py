@@ -221,6 +221,7 @@ class PerfFixture:
             ),
             gate_extra=(*marker.get("gate", ()), *gate),
             ab=self.base_server is not None,
+            most=self._settings.ab_max_pairs,
         )
         # the test's own keys (a profile's apply to every workload, so they may name
         # classes this one lacks): a class it does not have is a mistake, found before

@@ -22,6 +22,7 @@ from typing import Any, Final, TypeVar
 
 from pytest_vllm_perf.core.errors import WorkloadError
 from pytest_vllm_perf.core.records import (
+    GateResult,
     GaugeReading,
     Measurement,
     MetricVerdict,
@@ -37,6 +38,7 @@ from pytest_vllm_perf.load.runner import GAUGES_EVERY_S
 from pytest_vllm_perf.serving.pool import SPLIT_NOTE, ServerHandle
 from pytest_vllm_perf.verdict import capacity, gate, stats, thresholds
 from pytest_vllm_perf.verdict.gate import SaveMode
+from pytest_vllm_perf.verdict.sequential import Design, Look
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
@@ -80,6 +82,7 @@ class Plan:
     thresholds: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     tolerances: Mapping[str, float] = field(default_factory=dict)
     gate: Sequence[str] = ()  # metrics gated on top of the workload's own
+    most: int = 0  # an A/B run's budget of pairs (``sequential.Design``); 0: ``repeat``
 
     @classmethod
     def resolve(
@@ -92,6 +95,7 @@ class Plan:
         tolerance_layers: Sequence[Mapping[str, float] | None] = (),
         gate_extra: Sequence[str] = (),
         ab: bool = False,
+        most: int = 0,
     ) -> Plan:
         """Layer thresholds and tolerances, and validate every key (ThresholdError);
         ``ab``: an A/B run, whose defaults are tighter (registry.AB_TOLERANCES)."""
@@ -100,7 +104,7 @@ class Plan:
         thresholds.validate(limits)
         validate_tolerances(tol)
         validate_tolerances(dict.fromkeys(gate_extra, 0.0))
-        return cls(test_id, workload, repeat, limits, tol, tuple(gate_extra))
+        return cls(test_id, workload, repeat, limits, tol, tuple(gate_extra), most)
 
 
 def run_sync(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -396,11 +400,20 @@ def run_ab(
     itself, which is what a test of KV capacity or preemptions must have. Either
     way pass k of both sides replays schedule k, so the verdict pairs pass k with
     pass k.
+
+    Resident, the verdict is decided in looks (``sequential.Design``): after
+    ``plan.repeat`` pairs, and 4 more pairs at a time while a gated metric is
+    undecided and none regressed, up to ``plan.most``.
     """
     recorded: dict[str, dict[int, Measurement]] = {"base": {}, "candidate": {}}
     handles: dict[str, ServerHandle] = {}
     sequential = callable(base) and callable(candidate)
     sources = {"base": base, "candidate": candidate}
+    # booted in turn, the sides cannot add pairs without more boots: one look
+    most = plan.repeat if sequential else max(plan.repeat, plan.most)
+    design = Design(first=plan.repeat, most=most)
+    looks = design.looks()
+    planned = looks[0].pairs
 
     def one(side: str, k: int) -> None:
         source = sources[side]
@@ -409,37 +422,55 @@ def run_ab(
 
         def say(message: str) -> None:
             if progress is not None:
-                progress(f"A/B pass {k + 1}/{plan.repeat} {side} ({handle.profile}): {message}")
+                progress(f"A/B pass {k + 1}/{planned} {side} ({handle.profile}): {message}")
 
         say("starting")
         recorded[side][k] = measure(handle, plan.workload, 1, say, first_index=k)
+
+    def judge(look: Look) -> tuple[dict[str, Measurement], GateResult]:
+        sides = {
+            side: assemble(
+                plan.workload,
+                [p for k in sorted(found) for p in found[k].passes],
+                [g for k in sorted(found) for g in found[k].gauges],
+            )
+            for side, found in recorded.items()
+        }
+        verdict = gate.ab(
+            sides["base"],
+            sides["candidate"],
+            handles["base"].provenance,
+            handles["candidate"].provenance,
+            plan.tolerances,
+            gate.gated_metrics(sides["candidate"], plan.gate, ab=True),
+            sequential=sequential,
+            look=look,
+        )
+        return sides, verdict
 
     if sequential:
         for side, passes in blocks(plan.repeat):
             for k in passes:
                 one(side, k)
+        sides, verdict = judge(looks[0])
     else:
-        for k, order in alternation(plan.repeat):
-            for side in order:
-                one(side, k)
-    sides = {
-        side: assemble(
-            plan.workload,
-            [p for k in sorted(found) for p in found[k].passes],
-            [g for k in sorted(found) for g in found[k].gauges],
-        )
-        for side, found in recorded.items()
-    }
+        done = 0
+        for look in looks:
+            planned = look.pairs
+            for k, order in alternation(look.pairs)[done:]:
+                for side in order:
+                    one(side, k)
+            done = look.pairs
+            sides, verdict = judge(look)
+            open_metrics = gate.undecided(verdict)
+            if not open_metrics or look.last:
+                break
+            if progress is not None:
+                progress(
+                    f"A/B: undecided after {look.pairs} pairs ({', '.join(open_metrics)}): "
+                    f"{looks[look.number].pairs - look.pairs} more pairs"
+                )
     checks = thresholds.check(sides["candidate"].metrics, plan.thresholds)
-    verdict = gate.ab(
-        sides["base"],
-        sides["candidate"],
-        handles["base"].provenance,
-        handles["candidate"].provenance,
-        plan.tolerances,
-        gate.gated_metrics(sides["candidate"], plan.gate, ab=True),
-        sequential=sequential,
-    )
     split = [n for n in handles["candidate"].provenance.engine_notes if n.startswith(SPLIT_NOTE)]
     for extra in (note, *split):
         if extra:

@@ -190,6 +190,14 @@ OPTIONS: Final = (
         "8",
         "passes of each workload; verdicts compare passes",
     ),
+    Option(
+        "--vllm-ab-max-pairs",
+        "vllm_ab_max_pairs",
+        repeat_count,
+        "16",
+        "A/B (resident): while a gated metric is undecided after --vllm-repeat pairs, run 4 "
+        "more pairs a look, up to this many; --vllm-repeat or less: one look",
+    ),
 )
 FLAGS: Final = (
     (
@@ -320,6 +328,7 @@ class Settings:
     ab_python: str | None = None  # the base side's interpreter (PROFILE@VENV), else this one
     ab_revision: revision.Revision | None = None  # --vllm-ab-rev: profiles at a revision
     ab_mode: ABMode = "resident"
+    ab_max_pairs: int = 16
 
     @property
     def ab(self) -> bool:
@@ -373,6 +382,7 @@ class Settings:
             profile_given=_raw(config, "vllm_profile")[0] not in (None, "default"),
             gate_other_release=_flag(config, "vllm_gate_other_release"),
             ab_mode=values["vllm_ab_mode"],
+            ab_max_pairs=values["vllm_ab_max_pairs"],
             **_ab_side(values["vllm_ab"]),
         )
         if values["vllm_ab_rev"] is not None:

@@ -245,9 +245,10 @@ class MetricVerdict:
     """One metric compared: ratio current / baseline, its 95% interval, the verdict.
 
     ``p_value`` is the two-sided p of "no change beyond the tolerance" (and the drift
-    allowance) from the test whose interval is shown; NaN where a rule decided (a
-    current side that could not be measured; ``failed``, whose exact test is in its
-    ``basis``). ``p_holm`` is it
+    allowance) from the test whose interval is shown, or, where ``margin`` is set (an
+    A/B run's sequential decision), the one-sided p of "no change worse than
+    x(1 + margin)"; NaN where a rule decided (a current side that could not be
+    measured; ``failed``, whose exact test is in its ``basis``). ``p_holm`` is it
     adjusted over the test's gated metrics. ``gated`` metrics fail the test on
     ``regressed``; the others are reported only.
     """
@@ -264,6 +265,10 @@ class MetricVerdict:
     p_value: float = float("nan")
     p_holm: float = float("nan")
     gated: bool = True
+    # the A/B decision's one-sided test: ``p_value`` is then the p of "no change worse
+    # than x(1 + margin)", compared (Holm-adjusted) with ``level``; NaN otherwise
+    margin: float = float("nan")
+    level: float = float("nan")
 
 
 @dataclass(frozen=True)

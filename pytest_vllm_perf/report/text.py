@@ -116,7 +116,14 @@ def describe_verdict(v: MetricVerdict) -> str:
     over = f" over {v.basis}" if v.basis else ""
     interval = "no interval" if math.isnan(v.low) else f"95% CI x{v.low:.3f}..x{v.high:.3f}"
     p = ""
-    if not math.isnan(v.p_value):
+    if not math.isnan(v.p_value) and not math.isnan(v.margin):
+        # the A/B decision: one-sided, of a change worse than the indifference margin
+        worse = f"x{1 / (1 + v.margin):.4g}" if _higher(v.metric) else f"x{1 + v.margin:.4g}"
+        p = f", p={v.p_value:.3g} of no change worse than {worse}"
+        if v.gated and v.p_holm != v.p_value:
+            p += f" (Holm {v.p_holm:.3g})"
+        p += f", level {v.level:.3g}"
+    elif not math.isnan(v.p_value):
         p = f", p={v.p_value:.3g} beyond it"  # the p of a change beyond the tolerance
         if v.gated and v.p_holm != v.p_value:
             p += f" (Holm {v.p_holm:.3g})"
@@ -125,6 +132,11 @@ def describe_verdict(v: MetricVerdict) -> str:
         f"{v.metric}: {fmt(v.baseline)} -> {fmt(v.current)} "
         f"(x{v.ratio:.3f}, {interval}{over}, tolerance {v.tolerance:.0%}{p}) {v.verdict}{role}"
     )
+
+
+def _higher(key: str) -> bool:
+    found = METRICS.get(split_key(key)[1])
+    return found is not None and found.higher_is_better
 
 
 def regression_message(gate: GateResult) -> str:
@@ -287,7 +299,10 @@ def _number(value: float) -> float | str | None:
 
 
 def _verdict_json(v: MetricVerdict) -> dict[str, Any]:
-    numbers = ("baseline", "current", "ratio", "low", "high", "tolerance", "p_value", "p_holm")
+    numbers = (
+        "baseline", "current", "ratio", "low", "high", "tolerance", "p_value", "p_holm",
+        "margin", "level",
+    )  # fmt: skip
     return {
         "metric": v.metric,
         **{name: _number(getattr(v, name)) for name in numbers},

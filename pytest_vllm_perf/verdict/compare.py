@@ -56,10 +56,11 @@ import numpy as np
 
 from pytest_vllm_perf.core.records import MetricVerdict, PassRecord, RequestRecord, Verdict
 from pytest_vllm_perf.core.registry import LATENCIES, METRICS, split_key, tolerance_for
-from pytest_vllm_perf.verdict import intervals, stats
+from pytest_vllm_perf.verdict import intervals, sequential, stats
 
 __all__ = [
     "MIN_PAIRS",
+    "RULE_SHARE",
     "Passes",
     "classify",
     "compare",
@@ -149,6 +150,12 @@ class _Result:
     p: float
     basis: str
     failed: bool = False  # the current side could not be measured: regressed, named
+    # the A/B decision (``sequential``): one-sided p of an improvement beyond the margin,
+    # p of a change of the tolerance or more, and the margin and t figures it used
+    p_improved: float = math.nan
+    p_unchanged: float = math.nan
+    margin: float = math.nan
+    shift: intervals.MeanShift | None = None
 
 
 def _transform(key: str, values: np.ndarray, pseudo_rate: float) -> np.ndarray:
@@ -249,10 +256,13 @@ def _one(
     seed: int,
     tolerance: float,
     alpha: float = ALPHA,
+    look: sequential.Look | None = None,
 ) -> _Result:
     """One metric's comparison; ``pairs`` is the fewest pairs to pair passes by (0: never).
 
-    Its p-value tests for a change beyond ``tolerance`` (and the drift allowance)."""
+    Its p-value tests for a change beyond ``tolerance`` (and the drift allowance), or,
+    at a ``look`` of an A/B run with paired passes, for a change worse than the
+    indifference margin (``sequential``)."""
     single = _single(base, cur)
     failure = _failure(key, base, cur, alpha)
     base = [b for b in (b.measured(key) for b in base) if b.metrics] or list(base)
@@ -285,6 +295,8 @@ def _one(
     # a pair whose baseline pass failed a request would count as the current side's
     # largest improvement: with infinities, the passes are ranked unpaired
     by_index = _pairs(logs, base, cur, cur_logs, pairs) if pairs and not ranked else None
+    if by_index is not None and look is not None:
+        return _one_sided(key, by_index, tolerance, look, b_med, c_med)
     if by_index is not None:
         est = intervals.paired(by_index, margin=drift)
         p = intervals.paired(by_index, margin=beyond).p_value
@@ -299,6 +311,38 @@ def _one(
         method += f", {ranked} infinite value(s) (failed requests) ranked above all others"
     shift, low, high = (_unranked(x) for x in (est.shift, est.low, est.high))
     return _Result(b_med, c_med, math.exp(shift), math.exp(low), math.exp(high), p, method)
+
+
+def _one_sided(
+    key: str, diffs: np.ndarray, tolerance: float, look: sequential.Look, b_med: float,
+    c_med: float,
+) -> _Result:  # fmt: skip
+    """The A/B decision's figures for paired log ratios ``diffs`` (module ``sequential``):
+    Student's t for a central statistic, the signed-rank test otherwise."""
+    found = METRICS[split_key(key)[1]]
+    worse = -diffs if found.higher_is_better else diffs
+    margin, at_tol = math.log1p(look.indifference * tolerance), math.log1p(tolerance)
+    shift: intervals.MeanShift | None = None
+    if found.statistic in sequential.CENTRAL:
+        shift = intervals.mean_shift(worse)
+        p_reg, p_imp = shift.p_above(margin), shift.p_below(-margin)
+        p_unch = max(shift.p_below(at_tol), shift.p_above(-at_tol))
+        est, (low, high) = shift.mean, shift.interval()
+        test = "t"
+    else:
+        est, low, high = intervals.walsh_interval(worse)
+        p_reg = intervals.signed_rank_p(worse - margin, True)
+        p_imp = intervals.signed_rank_p(worse + margin, False)
+        p_unch = max(intervals.signed_rank_p(worse - at_tol, False),
+                     intervals.signed_rank_p(worse + at_tol, True))  # fmt: skip
+        test = "signed-rank"
+    if found.higher_is_better:  # back to current / base
+        est, low, high = -est, -high, -low
+    basis = f"{len(diffs)} pairs of passes, paired, {test}"
+    return _Result(
+        b_med, c_med, math.exp(est), math.exp(low), math.exp(high), p_reg, basis,
+        p_improved=p_imp, p_unchanged=p_unch, margin=look.indifference * tolerance, shift=shift,
+    )  # fmt: skip
 
 
 # A failed request's latency is infinite: rank tests place it above every finite value
@@ -422,6 +466,7 @@ def compare(
     gated: Sequence[str] = (),
     pair: bool = False,
     seed: int = 0,
+    look: sequential.Look | None = None,
 ) -> list[MetricVerdict]:
     """A verdict for each of ``keys``; Holm's correction runs over the ``gated`` ones.
 
@@ -429,31 +474,79 @@ def compare(
     ``failed`` verdict, gated, comes first when the current side failed more
     requests per pass than the baseline did: ``regressed`` when significantly more
     (``_failed_requests``), else ``inconclusive``, printed either way.
+
+    ``look``: one look of an A/B run's sequential decision (module ``sequential``);
+    paired metrics are then decided one-sided against the indifference margin at the
+    look's level, of which ``RULE_SHARE`` goes to the rules (failed requests, bursts).
     """
     single = _single(base, current)
-    pairs = min_pairs(len(gated)) if pair else 0
-    alpha = ALPHA / max(1, len(gated))
+    if look is not None:
+        pairs = 2
+        alpha = RULE_SHARE * look.level / max(1, len(gated))
+        level = (1 - RULE_SHARE) * look.level
+    else:
+        pairs = min_pairs(len(gated)) if pair else 0
+        alpha = ALPHA / max(1, len(gated))
+        level = ALPHA
     tols = {key: _tolerance(key, tolerances) for key in keys}
-    results = {key: _one(key, base, current, pairs, seed, tols[key], alpha) for key in keys}
+    results = {key: _one(key, base, current, pairs, seed, tols[key], alpha, look) for key in keys}
     gated_keys = [k for k in keys if k in gated and not single]
     adjusted = dict(
         zip(gated_keys, intervals.holm([results[k].p for k in gated_keys]), strict=True)
+    )
+    improved = dict(
+        zip(gated_keys, intervals.holm([results[k].p_improved for k in gated_keys]), strict=True)
     )
     out = _failed_requests(base, current, alpha)
     for key, r in results.items():
         tol = tols[key]
         p_holm = adjusted.get(key, r.p)
         higher = METRICS[split_key(key)[1]].higher_is_better
-        verdict = (
-            Verdict.REGRESSED if r.failed else classify(r.ratio, r.low, r.high, p_holm, tol, higher)
-        )
+        basis = r.basis
+        if r.failed:
+            verdict = Verdict.REGRESSED
+        elif math.isnan(r.p_unchanged):
+            verdict = classify(r.ratio, r.low, r.high, p_holm, tol, higher)
+        else:
+            verdict = _decide(p_holm, improved.get(key, r.p_improved), r.p_unchanged, level)
+            if verdict is Verdict.INCONCLUSIVE and r.shift is not None and look is not None:
+                basis += f"; {_power_note(r, tol, look, level)}"
         out.append(
             MetricVerdict(
                 key, r.baseline, r.current, r.ratio, r.low, r.high, tol, verdict,
-                r.basis, r.p, p_holm, key in gated and (not single or r.failed),
+                basis, r.p, p_holm, key in gated and (not single or r.failed),
+                margin=r.margin, level=level if look is not None else math.nan,
             )
         )  # fmt: skip
     return out
+
+
+# The share of an A/B look's level spent on the rules that can fail a test without a
+# metric test (more failed requests, more bursty passes than the base side had).
+RULE_SHARE: Final = 0.2
+
+
+def _decide(p_regressed: float, p_improved: float, p_unchanged: float, level: float) -> Verdict:
+    if p_regressed < level:
+        return Verdict.REGRESSED
+    if p_improved < level:
+        return Verdict.IMPROVED
+    if p_unchanged < level:
+        return Verdict.UNCHANGED
+    return Verdict.INCONCLUSIVE
+
+
+def _power_note(r: _Result, tolerance: float, look: sequential.Look, level: float) -> str:
+    """How likely these pairs' noise lets a change of the tolerance be caught at this
+    look's level: Student's t with the measured standard error, the change taken as
+    known (a planning figure, not a test)."""
+    assert r.shift is not None
+    if r.shift.se == 0:
+        return "no spread between pairs"
+    gap = math.log1p(tolerance) - math.log1p(look.indifference * tolerance)
+    critical = intervals.t_quantile(1 - level, r.shift.df)
+    power = intervals.t_sf(critical - gap / r.shift.se, r.shift.df)
+    return f"a x{1 + tolerance:.3g} change would be caught at this noise with p~{power:.2f}"
 
 
 def _single(base: Sequence[Passes], current: Passes) -> bool:

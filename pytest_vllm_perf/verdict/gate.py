@@ -25,6 +25,7 @@ from pytest_vllm_perf.core.records import (
 from pytest_vllm_perf.core.registry import COMPARED
 from pytest_vllm_perf.verdict import baseline, compare
 from pytest_vllm_perf.verdict import capacity as capacity_stats
+from pytest_vllm_perf.verdict.sequential import Design, Look
 
 __all__ = [
     "CANNOT_GATE",
@@ -35,7 +36,9 @@ __all__ = [
     "compared_metrics",
     "evaluate",
     "gated_metrics",
+    "look_note",
     "precheck",
+    "undecided",
 ]
 
 
@@ -134,12 +137,22 @@ def ab(
     tolerances: Mapping[str, float],
     gated: Sequence[str],
     sequential: bool = False,
+    look: Look | None = None,
 ) -> GateResult:
     """The candidate side against the base side of one A/B run, pass k against pass k;
-    ``sequential``: the sides were booted in turn (``--vllm-ab-mode``), not both up."""
+    ``sequential``: the sides were booted in turn (``--vllm-ab-mode``), not both up;
+    ``look``: which look of the A/B decision this is (one look of all alpha when None)."""
     base_passes, current = current_passes(base), current_passes(candidate)
+    if look is None:
+        look = Design(first=len(current.metrics), most=len(current.metrics)).looks()[0]
     verdicts = compare.compare(
-        [base_passes], current, compared_metrics(gated), tolerances, gated=gated, pair=True
+        [base_passes],
+        current,
+        compared_metrics(gated),
+        tolerances,
+        gated=gated,
+        pair=True,
+        look=look,
     )
     changes = _diff(
         base_provenance.profile_settings,
@@ -155,12 +168,32 @@ def ab(
         if sequential
         else "two servers up, one loaded at a time, passes alternated (ABBA)"
     )
-    note = f"A/B: {sides[0]} against {sides[1]}, {how}"
+    note = f"A/B: {sides[0]} against {sides[1]}, {how}; {look_note(look)}"
     more = compare.passes_note([base_passes], current, gated, boots_matter=False)
     if more:
         note += "; " + more
     label = f"the A/B base side {sides[1]}"
     return GateResult(GateStatus.AB, Path(label), tuple(verdicts), tuple(changes), note)
+
+
+def look_note(look: Look) -> str:
+    """What an A/B verdict's look was: its pairs and the error it may spend."""
+    where = (
+        f"look {look.number} of {look.of} after {look.pairs} pairs"
+        if look.of > 1
+        else (f"{look.pairs} pairs")
+    )
+    return (
+        f"{where}: regressed when worse than {look.indifference:.0%} of the tolerance at "
+        f"level {look.level:.3g}"
+    )
+
+
+def undecided(result: GateResult) -> list[str]:
+    """The gated metrics another look could still decide: none once one regressed."""
+    if result.regressions:
+        return []
+    return [v.metric for v in result.verdicts if v.gated and v.verdict is Verdict.INCONCLUSIVE]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,7 @@ side, and :func:`operating_characteristic` runs the real verdict
 - ``ab``: both sides on one machine, passes alternated. The H200 A/A runs found no
   boot level between two servers of one machine (ITL p50, TPOT and throughput
   within 1%: drift comes with the machine, not the boot), so the sides share it.
+  Decided as ``measure.run_ab`` decides, in looks (``sequential_ab``).
 
 The model assumes normal log-scale effects, independent between metrics: it is
 checked against the real A/A and injected comparisons in bench/gate_power.py.
@@ -33,11 +34,11 @@ from typing import Final, Literal
 
 import numpy as np
 
-from pytest_vllm_perf.core.records import Verdict
+from pytest_vllm_perf.core.records import MetricVerdict, Verdict
 from pytest_vllm_perf.core.registry import METRICS, split_key
-from pytest_vllm_perf.verdict import compare
+from pytest_vllm_perf.verdict import compare, sequential
 
-__all__ = ["Mode", "Scales", "fit", "operating_characteristic", "simulate"]
+__all__ = ["Mode", "Scales", "fit", "operating_characteristic", "sequential_ab", "simulate"]
 
 Mode = Literal["stored", "ab"]
 MODES: Final = ("stored", "ab")
@@ -113,6 +114,33 @@ def simulate(
     return [boot(1.0, {}) for _ in range(baseline_boots)], boot(1.0, factors)
 
 
+def _first(side: compare.Passes, n: int) -> compare.Passes:
+    return compare.Passes(side.metrics[:n], side.indices[:n], side.durations[:n])
+
+
+def sequential_ab(
+    base: compare.Passes,
+    cur: compare.Passes,
+    keys: Sequence[str],
+    tolerances: Mapping[str, float],
+    design: sequential.Design,
+) -> tuple[list[MetricVerdict], int]:
+    """The A/B decision run as ``measure.run_ab`` runs it, on passes drawn ahead (at
+    least ``design.most`` a side): judged at each look on the first pairs, stopped
+    when no gated metric is undecided or one regressed. Returns the last look's
+    verdicts and the pairs it used."""
+    found: list[MetricVerdict] = []
+    for look in design.looks():
+        found = compare.compare(
+            [_first(base, look.pairs)], _first(cur, look.pairs), keys, tolerances,
+            gated=keys, pair=True, look=look,
+        )  # fmt: skip
+        by = [v.verdict for v in found if v.gated]
+        if Verdict.REGRESSED in by or Verdict.INCONCLUSIVE not in by:
+            return found, look.pairs
+    return found, design.looks()[-1].pairs
+
+
 def operating_characteristic(
     scales: Mapping[str, Scales],
     tolerances: Mapping[str, float],
@@ -122,24 +150,37 @@ def operating_characteristic(
     baseline_boots: int = 2,
     trials: int = 200,
     seed: int = 0,
+    most: int = 16,
 ) -> dict[str, dict[float, Counter[str]]]:
     """For each metric of ``scales`` (all gated, Holm over them) and each true ratio
     (that metric alone made that many times worse), how often each verdict came out;
-    ``"any regressed"`` counts trials in which any gated metric was regressed."""
+    ``"any regressed"`` counts trials in which any gated metric was regressed, and
+    ``"pairs"`` (``ab`` only) how many pairs each decision used, by true ratio of the
+    first metric's rows. ``ab`` runs the sequential A/B decision from ``passes`` pairs
+    up to ``most``; ``stored`` the fixed comparison of ``passes`` passes."""
     rng = np.random.default_rng(seed)
     keys = tuple(scales)
+    design = sequential.Design(first=passes, most=max(passes, most))
     out: dict[str, dict[float, Counter[str]]] = {k: {} for k in (*keys, "any regressed")}
     for key in keys:
         for ratio in ratios:
             counts: Counter[str] = Counter()
             alarms: Counter[str] = Counter()
+            used: Counter[str] = Counter()
             for _ in range(trials):
-                base, cur = simulate(scales, mode, passes, baseline_boots, {key: ratio}, rng)
-                found = compare.compare(base, cur, keys, tolerances, gated=keys, pair=True)
+                if mode == "ab":
+                    base_side, cur = simulate(scales, mode, design.most, 1, {key: ratio}, rng)
+                    found, pairs = sequential_ab(base_side[0], cur, keys, tolerances, design)
+                    used[str(pairs)] += 1
+                else:
+                    base, cur = simulate(scales, mode, passes, baseline_boots, {key: ratio}, rng)
+                    found = compare.compare(base, cur, keys, tolerances, gated=keys, pair=True)
                 by = {v.metric: v.verdict for v in found}
                 counts[str(by[key])] += 1
                 alarms[str(Verdict.REGRESSED in by.values())] += 1
             out[key][ratio] = counts
+            if used:
+                out.setdefault(f"{key} pairs", {})[ratio] = used
             if ratio == 1.0:
                 out["any regressed"][ratio] = alarms
     return out

@@ -54,7 +54,11 @@ def test_workload_measures_real_tokens(real_server):
         # exact lengths: ignore_eos + max_tokens on the served model's own tokenizer
         assert record.output_tokens == record.expected_output_tokens
         assert record.prompt_tokens == {"chat": 64, "long": 512}[record.cls]
-        assert 0 < record.ttft < record.e2el
+        # a stream whose tokens all came in one chunk has no gaps: its first token is its
+        # last (a 4-token long request did so in a fresh-clone CI run beside three more
+        # engine workers)
+        assert 0 < record.ttft <= record.e2el
+        assert (record.ttft < record.e2el) == bool(record.itl), record
         # one gap per streamed chunk; vLLM may merge tokens into a chunk when it lags
         assert 1 <= len(record.itl) <= record.output_tokens - 1
     assert result.metrics["ttft_p50_ms"] > 0
@@ -89,7 +93,7 @@ def test_conversations_are_served_from_the_prefix_cache_and_a_trace_is_replayed(
     (shown on the SIGTERM test's server, below: one boot fewer for CI). Trace: the
     shipped synthetic trace at twice its speed, every request sent with its traced
     length. Broken on purpose (the history dropped from later turns), the hit rate
-    falls to 0 (0 hits of 4736 queried tokens, session 13) and the hit-rate check
+    falls to 0 (0 hits of 4736 queried tokens) and the hit-rate check
     fails."""
     on = measure(real_server, CONVERSATIONS)
     assert on.metrics["failed"] == 0
@@ -108,7 +112,7 @@ def test_conversations_are_served_from_the_prefix_cache_and_a_trace_is_replayed(
 
 def test_the_capacity_search_brackets_the_real_engines_slo_boundary(real_server):
     """The capacity search on the real engine finds a rate that keeps the SLO and one
-    that breaks it, and the margin is higher at the fastest rate than at the slowest.
+    that breaks it, and its fastest rate breaks the SLO.
 
     Calibrated on the machine it runs on: the tiny dummy model's capacity is per-request
     Python overhead, which differed more than tenfold between two 2-core machines of one
@@ -138,7 +142,10 @@ def test_the_capacity_search_brackets_the_real_engines_slo_boundary(real_server)
     rates = dict(zip(search.rates, search.margins, strict=True))
     why = f"{found.line()}; calibration {rate:.3g} req/s, TTFT p99 {ttft_ms:.3g} ms; {rates}"
     assert search.held > 0 and search.broke < float("inf"), why
-    assert rates[max(rates)] > rates[min(rates)], why
+    # the search went past the boundary: its fastest rate broke the SLO. Not "the margin
+    # at the fastest rate exceeds the slowest's": one pass stalled by another worker's
+    # boot broke a 3 s pass at 14.7 req/s by x15 while 15 and 30 req/s gave 0.51 and 4.5
+    assert rates[max(rates)] > 1, why
     assert search.passes <= 8 and "capacity of 'requests'" in found.line()
 
 

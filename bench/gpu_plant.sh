@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Planted regressions of known size through the pull-request gate on one GPU:
+#   1. l34: a commit that adds hf_overrides {num_hidden_layers: 34} to a profile of the
+#      32-layer llama-8b preset (about x1.055 more weight read a decode step), judged
+#      against its parent: must fail;
+#   2. aa: the same commit against itself: must pass;
+#   3. l33: 33 layers (about x1.03) against the 32-layer commit: reported with its
+#      interval (the goal: it fails too).
+# Each is `prgate examples --base REV --profiles plant --stored ''` on examples/test_decode.py
+# (both servers resident, memory split, passes alternated ABBA, the sequential A/B
+# decision from 8 pairs up to 16). The prgate summaries state wall and GPU minutes.
+# Run from a copy of the repository (bench/gpu_jobs.sh start makes one); it makes that
+# copy a git repository of its own, since a device command brings no .git.
+# Needs vLLM importable (PYTHONPATH=~/vllm-site). Writes everything under $OUT.
+set -uo pipefail
+out=${OUT:-out/gpu-plant}
+cache=${VLLM_PERF_CACHE:-.vllm-perf-cache}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+common=(-p pytest_vllm_perf.plugin -p no:cacheprovider --vllm-model-preset=llama-8b
+  --vllm-platform=cuda --vllm-boot-timeout=900 --vllm-cache-dir="$cache")
+git_() { git -c user.name=gpu-gate -c user.email=gpu-gate@localhost "$@"; }
+plant() {  # LAYERS (empty: none)
+  if [ -z "$1" ]; then
+    printf 'description: the 32-layer preset as it ships\n' > profiles/plant.yaml
+  else
+    printf 'description: %s layers of the 32-layer preset\nengine:\n  hf_overrides:\n    num_hidden_layers: %s\n' \
+      "$1" "$1" > profiles/plant.yaml
+  fi
+}
+plant ""
+git_ init -q && git_ add -A && git_ commit -qm "32 layers" || exit 1
+plant 34
+git_ commit -qam "34 layers" || exit 1
+
+step() {  # NAME BASE
+  local name=$1 base=$2 started=$SECONDS
+  python3 -m pytest_vllm_perf.prgate examples --base "$base" --profiles plant --stored '' \
+    --out "$out/$name" -- -k decode "${common[@]}" 2>&1 | tee "$out/$name.log"
+  echo "$name: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/times.txt"
+}
+step l34 HEAD~1
+step aa HEAD
+plant 33
+git_ commit -qam "33 layers" || exit 1
+step l33 HEAD~2
+tail -c 20000 "$cache"/logs/*.log > "$out/server-logs.txt" 2>/dev/null
+exit 0

@@ -1,0 +1,115 @@
+"""The A/B decision: a one-sided test against an indifference margin, decided in looks.
+
+A tolerance is the smallest change that matters. The rule it replaces called a change
+``regressed`` only when it was significantly *beyond* the tolerance, so a change of
+exactly the tolerance failed at most 2.5% of the time: on an H200 a decode step
+5.6% slower read ITL p50 x1.056 (95% CI x1.043..x1.061) and passed as
+``inconclusive``. Here, for the paired passes of an A/B run:
+
+- **Regressed** when the change is significantly worse than the *indifference
+  margin*, a quarter of the tolerance (x1.0125 at 5%), one-sided: an improvement
+  never fails. The margin absorbs the steady offset two resident servers show in an
+  A/A (ITL p50 x0.995-x0.996 over 8 pairs in both of the H200's resident A/A tests,
+  bench/results/h200/session10/resident/ab.json), so that an A/A is not a regression
+  however many pairs measure it. A true x1.0 (or any change up to the margin) fails
+  with probability at most ``alpha`` over all of a test's gated metrics and looks.
+- **Unchanged** when a change of the tolerance or more is ruled out at the same level
+  (the upper bound of a one-sided interval lies below 1 + tolerance).
+- **Improved** mirrors regressed; otherwise **inconclusive**.
+- **Looks.** The first look comes after ``first`` pairs (``--vllm-repeat``). While a
+  gated metric is inconclusive and none is regressed, ``step`` more pairs are run, up
+  to ``most`` (``--vllm-ab-max-pairs``). Each look spends its share of ``alpha``,
+  ``alpha * (pairs added) / most``, and Holm's correction runs over the test's gated
+  metrics inside a look: by the union bound the chance of any false regression over
+  all metrics and looks stays at most ``alpha``. Spending by pairs leaves most of it
+  to the later, larger looks, where the pairs that need it are.
+- **The test.** For a metric that is a mean, a median or a rate over a pass's many
+  requests (``CENTRAL``), Student's t on the log ratios of pass k to pass k; for a
+  tail (p99, max) or a count, the exact signed-rank test, which assumes no shape but
+  cannot reach a small p with few pairs (its best one-sided p over 8 pairs is 1/256).
+
+Whether a change of the tolerance is then caught depends on the noise: with sd ``s``
+of a pair's log ratio it needs about ((t_alpha + t_0.1) s / (log(1 + tol) - margin))^2
+pairs for 90% (``pairs_for``). bench/operating_characteristic.py tables the result.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+from pytest_vllm_perf.verdict import intervals
+
+__all__ = ["CENTRAL", "DEFAULT_ALPHA", "Design", "Look", "pairs_for"]
+
+DEFAULT_ALPHA: Final = 0.01
+DEFAULT_INDIFFERENCE: Final = 0.25
+# pass statistics that average over many requests, close to normal across passes
+CENTRAL: Final = frozenset({"mean", "p50", "rate"})
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look of a sequential A/B: which, of how many, and the level it may spend."""
+
+    number: int
+    of: int
+    pairs: int
+    level: float
+    indifference: float = DEFAULT_INDIFFERENCE
+
+    @property
+    def last(self) -> bool:
+        return self.number == self.of
+
+    def describe(self) -> str:
+        if self.of == 1:
+            return f"level {self.level:.3g}"
+        return f"look {self.number} of {self.of}, level {self.level:.3g}"
+
+
+@dataclass(frozen=True)
+class Design:
+    """A sequential A/B design: the first look, the step, the budget and the error rate."""
+
+    first: int = 8
+    most: int = 16
+    step: int = 4
+    alpha: float = DEFAULT_ALPHA
+    indifference: float = DEFAULT_INDIFFERENCE
+
+    def __post_init__(self) -> None:
+        if not (self.first >= 2 and self.step >= 1 and 0 < self.alpha < 1):
+            raise ValueError(f"a sequential design needs first >= 2, step >= 1: {self}")
+
+    def pair_counts(self) -> tuple[int, ...]:
+        """The pairs measured at each look: ``first``, then ``step`` more, up to ``most``."""
+        counts = [self.first]
+        while counts[-1] < self.most:
+            counts.append(min(self.most, counts[-1] + self.step))
+        return tuple(counts)
+
+    def looks(self) -> tuple[Look, ...]:
+        counts = self.pair_counts()
+        total = counts[-1]
+        out, before = [], 0
+        for i, n in enumerate(counts):
+            level = self.alpha * (n - before) / total
+            out.append(Look(i + 1, len(counts), n, level, self.indifference))
+            before = n
+        return tuple(out)
+
+
+def pairs_for(sd: float, tolerance: float, level: float, power: float = 0.9,
+              indifference: float = DEFAULT_INDIFFERENCE) -> int:  # fmt: skip
+    """About how many pairs a t test at one-sided ``level`` needs to catch a change of
+    ``tolerance`` with probability ``power``, for pair log-ratio sd ``sd`` (normal
+    approximation, refined once with the t quantiles at that many pairs)."""
+    gap = math.log1p(tolerance) - math.log1p(indifference * tolerance)
+    n = 2
+    for _ in range(3):
+        df = max(1, n - 1)
+        need = (intervals.t_quantile(1 - level, df) + intervals.t_quantile(power, df)) * sd / gap
+        n = max(2, math.ceil(need * need))
+    return n
