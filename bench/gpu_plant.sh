@@ -6,6 +6,7 @@
 #   2. aa: the same commit against itself: must pass;
 #   3. l33: 33 layers (about x1.03) against the 32-layer commit: reported with its
 #      interval (the goal: it fails too).
+# Usage: bash bench/gpu_plant.sh [l34] [aa] [l33]
 # Each is `prgate examples --base REV --profiles plant --stored ''` on examples/test_decode.py
 # (both servers resident, memory split, passes alternated ABBA, the sequential A/B
 # decision from 8 pairs up to 16). The prgate summaries state wall and GPU minutes.
@@ -39,10 +40,14 @@ step() {  # NAME BASE
     --out "$out/$name" -- -k decode "${common[@]}" 2>&1 | tee "$out/$name.log"
   echo "$name: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/times.txt"
 }
-step l34 HEAD~1
-step aa HEAD
-plant 33
-git_ commit -qam "33 layers" || exit 1
-step l33 HEAD~2
+# the steps to run, in order (default all three): a lost machine need not cost the finished ones
+steps=${*:-l34 aa l33}
+for name in $steps; do
+  case $name in
+  l34) step l34 HEAD~1 ;;
+  aa) step aa HEAD ;;
+  l33) plant 33 && git_ commit -qam "33 layers" && step l33 HEAD~2 ;;
+  esac
+done
 tail -c 20000 "$cache"/logs/*.log > "$out/server-logs.txt" 2>/dev/null
 exit 0
