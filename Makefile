@@ -22,7 +22,7 @@ setup: $(STAMP)
 # torchcodec builds that do not import beside its torch, and vLLM then fails at import.
 # uv installs the same packages as pip (pip's settings passed on by scripts/pip_to_uv.py;
 # pip freeze lists the same 161) in about a minute where pip took 190 s on a fresh clone
-# on CI's two cores (issue 24); pip is the fallback. Both byte-compile at install: where
+# on CI's two cores; pip is the fallback. Both byte-compile at install: where
 # PYTHONDONTWRITEBYTECODE is set (as on this machine), nothing is ever cached
 # later, and every process that imports vLLM compiles it again: 37 s an import instead of
 # 18, three times a boot (API server, engine core, worker).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The A/A of both A/B modes on one GPU, through the pull-request script (issue 23):
+# The A/A of both A/B modes on one GPU, through the pull-request script:
 #   1. resident: prgate --base HEAD --profiles default on decode and interference:
 #      default against itself at HEAD, both servers up, memory split (0.9 -> 0.44);
 #   2. sequential: the same A/A of interference with --vllm-ab-mode=sequential: the

@@ -22,7 +22,7 @@ command on a GPU machine (README "Tuning claims"):
     result is also saved as that profile's baseline. With ``--ab`` the two
     profiles named stay resident at once and run A/B (passes alternated), which
     gives the tool's verdict with 95% intervals rather than one pass each: the
-    ``max_model_len`` test (session 7) ran so on one H200.
+    ``max_model_len`` test (bench/results/h200/session7) ran so on one H200.
 
 Both write ``NAME.json`` (every figure, the load, the versions) and ``NAME.md``
 to ``--out``. Run from the repository root with vLLM importable::

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 26 on one GPU (8B preset):
+# The capacity search on one GPU (8B preset):
 #   1. capacity A/B: examples/test_capacity.py with --vllm-profile=chunked
 #      --vllm-ab=default: both servers up (memory split), each side's capacity under the
 #      example's cuda SLO (p99 TTFT <= 1000 ms, p99 ITL <= 100 ms) searched pass by pass

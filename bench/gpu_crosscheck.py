@@ -1,4 +1,4 @@
-"""Issue 22's H200 checks of the corrected measurement, in one job on one GPU.
+"""The H200 checks of the corrected measurement, in one job on one GPU.
 
 1. **Pass length.** One server (``half-gpu``), the decode load of 32 closed-loop
    users (128 tokens in, 256 out), passes of 8 s and 25 s alternated: output

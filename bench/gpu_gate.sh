@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pull-request gate on one GPU, through the workflow's own script (issue 23):
+# The pull-request gate on one GPU, through the workflow's own script:
 #   1. re-save the baselines of the selected examples (profile default, one boot),
 #      as the workflow's dispatch does (prgate --no-ab --stored-mode=save);
 #   2. a pull request that adds a serving profile with a planted regression

@@ -5,7 +5,7 @@
 #   bench/gpu_jobs.sh wait SECONDS                  until every job ends, or SECONDS pass,
 #                                                   then collect (below)
 #   bench/gpu_jobs.sh collect                       tar every job's folder into $OUT
-# Every wait brings back what the jobs have written so far: in session 6 the machine
+# Every wait brings back what the jobs have written so far: once the machine
 # was given back between two polls and a 70B run's files, written but not yet
 # collected, were lost.
 # Each job gets its own folder under ~/gpu-jobs/NAME (its log and $OUT) and its own

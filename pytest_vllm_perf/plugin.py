@@ -69,7 +69,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
     """Stop every server, then interrupt the whole session as Ctrl-C does (exit 2).
 
     SystemExit raised inside a running test was recorded as that test's failure, and
-    pytest went on to the next test, booting its server (issue 24); KeyboardInterrupt
+    pytest went on to the next test, booting its server; KeyboardInterrupt
     is the one exception pytest ends the session on. make, timeout and CI runners
     often send TERM to a whole process group, so a second TERM can arrive while the
     teardown runs; raised inside it, it would cut the teardown short and leave the

@@ -39,7 +39,7 @@ if _WORKER.startswith("gw"):
 # wheel, so that no real work waits behind their long tests; then the SIGTERM file,
 # which lands behind the shared server's last two tests, and a small unit file that lands
 # behind it (the 8B tokenizer's file did: 70 s to train with no cache, at the end of
-# that worker's chain in session 13); then the unit files, and last
+# that worker's chain once); then the unit files, and last
 # the plugin files and the unit files that time the fake server (test_window.py read
 # x1.36 between a short and a long pass among the engine files, where it asserts x1.0
 # within 15%). The plugin tier times a fake server in the test's own process: a
@@ -64,7 +64,7 @@ FIRST = (
 # tests and about 70 s, comes first with the small unit files right behind it: xdist
 # (loadfile) hands a worker the next file as soon as its current one has two tests or
 # fewer left, so whatever follows the capacity file waits for both its tests. Last
-# of the timed files, a 53 s test_gate.py queued behind it (session 13, fresh clone of
+# of the timed files, a 53 s test_gate.py queued behind it (fresh clone of
 # dfcd467: that worker ended at 480 s, the others at 432-436 s); after test_gate.py, the
 # capacity file itself was queued behind test_gate.py's last two tests (fresh clone of
 # 633952a: 504 s against 450-457 s).
@@ -80,7 +80,7 @@ TIMED = (
 )
 # The plugin files that time nothing (usage errors, help, thresholds far from the
 # fake server's figures, request faults) come before them, so that the workers freed
-# early run them beside the last engine files instead of waiting (session 13: after
+# early run them beside the last engine files instead of waiting (after
 # the wait the plugin tier took 130 s, about 60 s of it these files).
 LAST = (
     "tests/plugin/test_surface.py",
@@ -104,7 +104,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # How long a file that times the fake server waits for the engine files to end. They
-# end within a minute of the first such file starting (session 13: the last engine
+# end within a minute of the first such file starting (the last engine
 # file ended at 442 s, the first plugin file started at 403 s); a hung engine test
 # must not hold the rest of the suite for longer.
 QUIET_WAIT_S = 180.0
@@ -119,7 +119,7 @@ def _engine_files_apart(
     overlap: the SIGTERM file's multi-turn load still ran when the workers freed by
     the longest engine files took the first plugin files, and a fake-server A/A
     (test_ab_gate.py, 0.5 s passes) had a pass with no output at all, which the
-    verdict rightly calls a regression (session 13, 1 failed in 288). Each engine
+    verdict rightly calls a regression (1 failed in 288). Each engine
     file marks itself running in the workers' shared temporary folder."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     path = request.node.nodeid.split("::")[0]

@@ -120,7 +120,7 @@ class ServerThread:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         # a stalled stream (stall_every) is cancelled 1 s into the exit, not aiohttp's
-        # 60 s: the thread outlived its 10 s join, 10 s of teardown (session 14)
+        # 60 s: the thread outlived its 10 s join, 10 s of teardown
         runner = web.AppRunner(self.fake.app(), shutdown_timeout=1.0)
         self.loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -74,7 +74,7 @@ class MetricDef:
 
 # Tails move more than medians from run to run on a shared machine, so they get wider
 # tolerances. The H200 measured boot-to-boot drift of 1-2% for TPOT, ITL p50 and
-# throughput and 12-21% for ITL p99 and TTFT p50 (issue 14); bench/gate_power.py
+# throughput and 12-21% for ITL p99 and TTFT p50; bench/gate_power.py
 # measures the false-alarm rate these give.
 _TOLERANCES: Final[Mapping[str, float]] = {
     "ttft_p50_ms": 0.15,
@@ -110,14 +110,14 @@ PLATFORM_TOLERANCES: Final[Mapping[str, Mapping[str, float]]] = {
         "request_throughput": 0.05,
     },
 }
-# An A/B run compares two servers resident on one machine, alternated pass by pass,
-# so machine drift cancels. Fitted to the H200 A/A (session 5, 8 pairs, two resident
-# 8B servers on one GPU): the 95% intervals of TPOT, output throughput, ITL p50 and
-# long-prompt TTFT p50 all lay inside x0.977..x1.021, so 5% is more than twice the
-# widest A/A bound. TTFT p50 is tightened for the ``long`` class only (interference's
-# and mixed's long prompts: the GPU's prefill); where TTFT is the API server's
-# tokenizing (tokenizer_pressure, api_server) no A/A has measured it. The CPU engine
-# on 2 shared cores gets no A/B tightening: its A/A interference intervals were as
+# An A/B run compares two servers resident on one machine, alternated pass by pass, so
+# machine drift cancels. Fitted to the H200 A/A (bench/results/h200/session5, 8 pairs, two
+# resident 8B servers on one GPU): the 95% intervals of TPOT, output throughput, ITL p50 and
+# long-prompt TTFT p50 all lay inside x0.977..x1.021, so 5% is more than twice the widest
+# A/A bound. TTFT p50 is tightened for the ``long`` class only (interference's and mixed's
+# long prompts: the GPU's prefill); where TTFT is the API server's tokenizing
+# (tokenizer_pressure, api_server) no A/A has measured it. The CPU engine on 2 shared cores
+# gets no A/B tightening: its A/A interference intervals were as
 # wide as x0.855..x1.551 (bench/results/cpu/aa-interference-default.txt), so it keeps
 # the platform's tolerances.
 AB_TOLERANCES: Final[Mapping[str, Mapping[str, float]]] = {

@@ -154,7 +154,7 @@ def build(preset: ModelPreset, cache_dir: Path) -> Path:
                 raise
     finally:
         # a failed build's, or the copy of a builder that lost the race: once, a whole
-        # 9 MB 8B tokenizer was left behind in the test cache (session 14)
+        # 9 MB 8B tokenizer was left behind in the test cache
         shutil.rmtree(staging, ignore_errors=True)
     return folder
 

@@ -203,7 +203,7 @@ class VllmServer:
 def stop_servers(servers: Sequence[VllmServer], grace_s: float = 20.0) -> None:
     """Stop several servers at once: TERM every group, then wait for all of them, and KILL
     what is left after ``grace_s``. vLLM's CPU server takes about 4 s to go down after
-    TERM, and in turn an A/B run's two took 8.5 s of every session's end (session 13,
+    TERM, and in turn an A/B run's two took 8.5 s of every session's end (measured on
     tests/engine/test_pr_gate.py's scenario alone); at once they take one shutdown."""
     processes = []
     for server in servers:

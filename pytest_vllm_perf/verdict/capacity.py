@@ -1,5 +1,5 @@
 """Capacity under an SLO: the highest open-loop request rate at which the SLO holds,
-with a 95% interval (issue 26; the statistics, ahead of the search that feeds them).
+with a 95% interval (the statistics, ahead of the search that feeds them).
 
 **The model.** A pass at rate ``r`` has an SLO margin ``m``: the largest of its measured
 values over their limits (p99 TTFT over the TTFT limit, p99 ITL over the ITL limit), so

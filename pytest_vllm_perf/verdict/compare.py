@@ -13,7 +13,7 @@ how boot-to-boot drift enters, and what each metric's verdict is:
   to 3, 8 for up to 6. The default of 8 passes (``--vllm-repeat``) pairs every
   built-in workload: on the committed H200 ``tokenizer_pressure`` passes, pass k
   tracked the schedule across boots (correlation +1.00), and a x1.1 slowdown was
-  caught 100% paired against 0% unpaired (issue 22).
+  caught 100% paired against 0% unpaired.
 - **Boots.** A baseline can hold passes from several boots of the server. Passes
   inside one boot agree more closely than boots do, so with two or more boots the
   interval is widened by a drift allowance: 1.96 standard deviations of the boot
@@ -162,7 +162,7 @@ def _transform(key: str, values: np.ndarray, pseudo_rate: float) -> np.ndarray:
     """Log values; counter rates get ``pseudo_rate`` (one event per typical pass) added
     first. The same pseudo-rate on both sides: one event per each pass's own length
     made 0 preemptions against 0 a x1.94 "regression" when one side's passes drained
-    faster (session 7's api_server A/B on the H200)."""
+    faster (the api_server A/B on the H200, bench/results/h200/session7)."""
     if METRICS[split_key(key)[1]].statistic == "counter rate":
         values = values + pseudo_rate
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -103,13 +103,18 @@ class Design:
 
 def pairs_for(sd: float, tolerance: float, level: float, power: float = 0.9,
               indifference: float = DEFAULT_INDIFFERENCE) -> int:  # fmt: skip
-    """About how many pairs a t test at one-sided ``level`` needs to catch a change of
-    ``tolerance`` with probability ``power``, for pair log-ratio sd ``sd`` (normal
-    approximation, refined once with the t quantiles at that many pairs)."""
+    """The fewest pairs with which a t test at one-sided ``level`` catches a change of
+    ``tolerance`` with probability about ``power``, for pair log-ratio sd ``sd``: the
+    smallest n with (t_{1-level} + t_power) sd / sqrt(n) <= the gap from the margin to
+    the tolerance, t on n - 1 degrees of freedom (the left side falls as n grows)."""
     gap = math.log1p(tolerance) - math.log1p(indifference * tolerance)
+    if not gap > 0:
+        raise ValueError(f"no pairs catch a change of {tolerance:.3g} with a margin of it all")
     n = 2
-    for _ in range(3):
-        df = max(1, n - 1)
-        need = (intervals.t_quantile(1 - level, df) + intervals.t_quantile(power, df)) * sd / gap
-        n = max(2, math.ceil(need * need))
+    while n < 100_000:
+        df = n - 1
+        critical = intervals.t_quantile(1 - level, df) + intervals.t_quantile(power, df)
+        if critical * sd <= gap * math.sqrt(n):
+            return n
+        n += 1
     return n

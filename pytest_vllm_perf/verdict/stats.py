@@ -150,7 +150,7 @@ def window_rates(passes: Sequence[PassRecord], cls: str | None = None) -> dict[s
 
     Counting to the last response instead (the drain included) made 8 s passes of an
     H200 decode load read 13% below 25 s ones, and the bias grows with E2EL, so it
-    does not cancel in an A/B ratio (issue 22).
+    does not cancel in an A/B ratio.
     """
     totals, seconds = _window_totals(passes)
     chosen = [v for k, v in totals.items() if cls is None or k == cls]

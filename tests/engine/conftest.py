@@ -1,4 +1,4 @@
-"""One orphan check for every engine test (issue 24).
+"""One orphan check for every engine test.
 
 Each test runs under its own ``VLLM_PERF_TEST_TAG``, which every process it starts
 inherits (pytester's subprocesses, the plugin's servers). From the test's first

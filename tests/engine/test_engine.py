@@ -99,7 +99,7 @@ def _kv_usage_mid_stream(server, max_tokens: int = 256) -> tuple[float | None, i
     usage: float | None = None
     read = False
     chunks_after = 0
-    with urllib.request.urlopen(request, timeout=120) as resp:  # noqa: S310 (127.0.0.1)
+    with urllib.request.urlopen(request, timeout=120) as resp:  # the server binds 127.0.0.1
         for line in resp:
             if not line.startswith(b"data: {"):
                 continue
@@ -129,7 +129,7 @@ CONVERSATIONS = workloads.named("multi_turn").override(
 
 
 def test_conversations_are_served_from_the_prefix_cache_and_a_trace_is_replayed(real_server):
-    """Issue 26 on the real engine. Multi-turn: each turn resends the history, and vLLM's
+    """On the real engine. Multi-turn: each turn resends the history, and vLLM's
     prefix cache (on by default) serves most of it; with no-prefix-cache it serves none
     (shown on the SIGTERM test's server, below: one boot fewer for CI). Trace: the
     shipped synthetic trace at twice its speed, every request sent with its traced

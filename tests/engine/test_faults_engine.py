@@ -39,7 +39,7 @@ pytestmark = pytest.mark.engine
 # between the pick and vLLM's bind: vLLM must fail with its own "address already in use"
 # and the plugin retry on a new port (tests/unit/test_server_lifecycle.py covers the
 # retry logic with a stub; this shows vLLM's real message is recognised). It rides on
-# the preemption test's boot, since CI pays for every boot (issue 24).
+# the preemption test's boot, since CI pays for every boot.
 PORT_TAKEN = """
 import socket
 
@@ -72,12 +72,12 @@ def test_slow(vllm_perf):
 def test_preemptions_counted_a_taken_port_retried_and_a_killed_engine_core_ends_the_run(
     perf_project, no_orphans
 ):
-    """Three claims on one small-KV boot, since CI pays for every boot (issue 24):
+    """Three claims on one small-KV boot, since CI pays for every boot:
 
     - a first test under KV pressure counts vLLM's preemptions (``min_preemptions: 1``):
       a 256-token prompt fills two of the 12 CPU blocks of 128 tokens, so its first
       output token needs a third, and 8 users cannot all grow (a 4 s pass of 64 tokens
-      each, for CI's time; 8 s passes of 128 counted 5-6 in session 13's runs);
+      each, for CI's time; 8 s passes of 128 counted 5-6 in earlier runs);
     - the port taken before vLLM bound it is retried on a new one (``PORT_TAKEN``);
     - the second test's 600 s pass on the same server ends when vLLM's engine core is
       killed: only noticing the fault can end it within the bound, and the run ends
@@ -88,11 +88,11 @@ def test_preemptions_counted_a_taken_port_retried_and_a_killed_engine_core_ends_
 
     Broken on purpose (small-kv's CPU blocks raised from 12 to 200), nothing is
     preempted in the 4 s pass, the child's ``min_preemptions`` threshold fails and so
-    does the PREEMPTIONS check here (session 14).
+    does the PREEMPTIONS check here.
 
     Broken on purpose (``measure`` not telling the load whether the server is alive),
     the 600 s pass goes on failing requests, the child still runs 120 s after the kill
-    and the test fails on the timeout, with nothing left running (session 13).
+    and the test fails on the timeout, with nothing left running.
     """
     require_engine()
     perf_project.makeconftest(PORT_TAKEN)

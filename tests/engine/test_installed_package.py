@@ -8,7 +8,7 @@ profile with ``api_server_count: 2`` boots through the launcher and serves text
 prompts, tokenized by the server (a test of its own until CI's boots were counted).
 
 Broken on purpose (the profiles left out of pyproject.toml's package-data), both tests
-fail: "shipped: no such folder" (session 13)."""
+fail: "shipped: no such folder"."""
 
 from __future__ import annotations
 

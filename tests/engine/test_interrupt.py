@@ -1,8 +1,8 @@
 """SIGTERM during the load, on the real engine, from a user folder with two perf tests
-(issue 24's acceptance): the whole session ends within 15 s with exit 2, the second
+(the interrupt acceptance): the whole session ends within 15 s with exit 2, the second
 test never starts, and no vLLM process is left. The same boot shows vLLM's prefix cache
 off: broken on purpose (``no-prefix-cache`` turning caching on), vLLM's counters read
-7680 hits of 13664 queried tokens and the last check fails (session 13)."""
+7680 hits of 13664 queried tokens and the last check fails."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.engine
 # The first test's pass runs multi-turn conversations on the no-prefix-cache profile: the
 # SIGTERM case needs a booted server under load, and the same boot shows that with the
 # prefix cache off vLLM serves none of the resent history (the cache-on half is
-# tests/engine/test_engine.py's; a boot of its own cost CI 50 s, issue 24).
+# tests/engine/test_engine.py's; a boot of its own cost CI 50 s).
 SIGTERM_TESTS = """
 import pathlib
 import pytest
@@ -56,7 +56,7 @@ def _done(line: str) -> int:
         # and land during the teardown the first one started. SIGTERM is turned into
         # KeyboardInterrupt, Ctrl-C's own path from there on; Ctrl-C itself is sent
         # during a boot in test_faults_engine.py (sigint-during-boot). A ctrl-c case
-        # here cost CI a boot and 70 s for the same path (issue 24).
+        # here cost CI a boot and 70 s for the same path.
         pytest.param((signal.SIGTERM, signal.SIGTERM), id="sigterm-twice"),
     ],
 )
@@ -82,7 +82,7 @@ def test_interrupt_during_load_leaves_no_vllm_process(perf_project, no_orphans, 
     # session ends, so the second test never starts (SystemExit inside the first test
     # once failed it and went on to boot the second one's server)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
-    # the documented bound (README, issue 24): the server gets TERM, and KILL 5 s later
+    # the documented bound (README): the server gets TERM, and KILL 5 s later
     # if it lingers, so the session ends well within 15 s (measured: see the message)
     assert stopped_s < 15, f"the session took {stopped_s:.1f} s to end after SIGTERM"
     print(f"session ended {stopped_s:.1f} s after the first SIGTERM")

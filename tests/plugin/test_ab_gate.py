@@ -45,6 +45,40 @@ def judged_once(result: pytest.RunResult) -> None:
     assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1, result.stdout.str()
 
 
+def test_an_undecided_first_look_adds_pairs_up_to_the_budget(project, fake_vllm, monkeypatch):
+    """The mixed workload gates TTFT p99 and ITL p99, decided by the signed-rank test, whose
+    best one-sided p over n pairs is 2**-n: 2 pairs, then 4, cannot reach the looks'
+    levels, so the first look is undecided whatever the machine's pace and the run goes
+    on to the budget, alternating ABBA on, and says so. Broken on purpose (one look of
+    the first pairs only), there is no third pair and no second look."""
+    result = run_ab(
+        project, fake_vllm, monkeypatch, "--vllm-ab=default", "--vllm-ab-max-pairs=4", "-s",
+        repeat=2,
+    )  # fmt: skip
+    judged_once(result)
+    out = result.stdout.str()
+    assert re.search(r"A/B: undecided after 2 pairs \(.*ttft_p99_ms.*\): 2 more pairs", out), out
+    order = re.findall(r"A/B pass (\d)/(\d) (base|candidate) \((?:default|p)\): starting", out)
+    assert [(k, side) for k, _, side in order] == [
+        ("1", "base"), ("1", "candidate"), ("2", "candidate"), ("2", "base"),
+        ("3", "base"), ("3", "candidate"), ("4", "candidate"), ("4", "base"),
+    ]  # fmt: skip
+    result.stdout.fnmatch_lines(["*look 2 of 2 after 4 pairs*"])
+    # the verdict lines count every pair measured
+    assert re.search(r"tpot_mean_ms: .* over 4 pairs of passes", out), out
+
+
+def test_a_budget_of_the_first_look_runs_no_more_pairs(project, fake_vllm, monkeypatch):
+    result = run_ab(
+        project, fake_vllm, monkeypatch, "--vllm-ab=default", "--vllm-ab-max-pairs=2", "-s",
+        repeat=2,
+    )  # fmt: skip
+    judged_once(result)
+    out = result.stdout.str()
+    assert "undecided after" not in out and "A/B pass 3/" not in out
+    assert re.search(r"A/B: 'p' against 'default', .*; 2 pairs: regressed when", out), out
+
+
 def test_sequential_ab_runs_the_sides_in_blocks_and_says_so(project, fake_vllm, monkeypatch):
     """--vllm-ab-mode=sequential: one side at a time on one slot, blocks CBBC, pass k
     paired with pass k, and the note says how the sides ran. Broken on purpose (the

@@ -1,4 +1,4 @@
-"""``capacity_rps`` judged like any metric (issue 26), through the plugin, on the fake
+"""``capacity_rps`` judged like any metric, through the plugin, on the fake
 server with a capacity (each token waits longer per stream in flight): saved as a
 baseline, judged against it, and judged A/B. The fake server proves the plumbing and
 the verdict's wording; the statistics are tests/unit/test_capacity.py's, and the real

@@ -4,7 +4,7 @@ existed. Each is reported, or under ``--vllm-require-baseline`` fails, and says 
 
 Split from tests/plugin/test_gate.py, whose project and runner it shares, so that
 CI's xdist workers (which take whole files) spread the plugin tier's longest file
-over two (session 13: 126 s of a worker's wall, the last to end).
+over two (126 s of a worker's wall, the last to end).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.plugin.test_gate import PASSES, SLOWDOWN, run, stored
 def test_require_baseline_fails_at_collection_on_a_baseline_that_cannot_gate(project, fake_vllm):
     """A baseline of another model, or of another workload, is 'compared, not gated':
     under --vllm-require-baseline that is a failure, found before any server boots
-    for another model, after the run for another workload (issue 23: the shipped GPU
+    for another model, after the run for another workload (the shipped GPU
     gate passed every pull request that way)."""
     run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=1)
     # the saved baseline records the fake server's model; without --vllm-url the run
@@ -43,7 +43,7 @@ def test_require_baseline_fails_at_collection_on_a_baseline_that_cannot_gate(pro
     changed.assert_outcomes(failed=1)
     changed.stdout.fnmatch_lines(["*--vllm-require-baseline (workload changed):*"])
     # what the run differs in is printed, its secrets redacted on both sides (the
-    # profile's HF_TOKEN was printed raw beside the stored "***" until session 9)
+    # profile's HF_TOKEN was printed raw beside the stored "***" until it was fixed)
     assert "hf_supersecretvalue1" not in changed.stdout.str() + changed.stderr.str()
     # a test deselected by -k is not checked: its missing baseline fails nothing
     test.write_text(test.read_text() + "\n\ndef test_other(vllm_perf):\n    vllm_perf.run()\n")
@@ -141,7 +141,7 @@ def test_single_pass_schema_1_baseline_is_compared_with_a_warning(project, fake_
     result = run(project, fake_vllm)
     # one pass a side: its time-block interval understates run-to-run noise (a
     # simulated A/A with a 3% pass-to-pass shift came out 17% regressed), so it is
-    # shown, never gated (issue 22, finding 6)
+    # shown, never gated (a verdict-audit finding)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [

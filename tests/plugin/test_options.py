@@ -97,7 +97,7 @@ def test_every_bad_marker_value_is_one_usage_error_line_before_anything_boots(py
         "test_gate": "marker gate: unknown metric 'tpot_mean'; did you mean 'tpot_mean_ms'?",
         "test_repeat": "marker repeat: repeat: expected a whole number of passes >= 1, got 0",
         "test_profile": "marker profile: unknown vLLM profile 'chunkd' (did you mean 'chunked'?)",
-        # issue 25: a class the workload lacks would only fail after a boot and a run
+        # a class the workload lacks would only fail after a boot and a run
         "test_classes": "marker classes: threshold 'long.ttft_p99_ms': workload 'decode' has "
         "no class 'long' (classes: chat)",
     }

@@ -21,7 +21,7 @@ def test_options_reference_matches_pytest_help(pytester):
 
 def test_help_shows_no_option_the_plugin_does_not_need(pytester):
     """pytest-benchmark was a dependency for machine info alone, and added 46
-    ``--benchmark-*`` lines to every user's ``--help`` (issue 25); nothing of it is left."""
+    ``--benchmark-*`` lines to every user's ``--help``; nothing of it is left."""
     help_text = pytester.runpytest("--help").stdout.str()
     assert "--vllm-profile" in help_text
     assert "--benchmark" not in help_text

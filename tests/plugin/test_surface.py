@@ -118,7 +118,7 @@ def test_run_takes_the_workload_as_the_marker_does(perf_project, fake_vllm):
 
 def test_a_malformed_trace_line_is_a_usage_error_naming_it(perf_project, fake_vllm):
     """A trace beside the test, named in the marker: a bad line exits 4 with FILE:LINE,
-    before any request (issue 26); the same trace fixed runs."""
+    before any request; the same trace fixed runs."""
     path = perf_project.path / "my.jsonl"
     good = '{"timestamp": 0, "input_length": 16, "output_length": 2}\n'
     path.write_text(good + '{"timestamp": 10, "input_length": 16}\n')
@@ -263,7 +263,7 @@ def test_non_perf_tests_are_untouched(pytester):
 
 
 def test_a_class_the_workload_lacks_fails_before_any_request(perf_project, fake_vllm):
-    """Issue 25: keys set in code are checked against the workload the code chose, so a
+    """Keys set in code are checked against the workload the code chose, so a
     threshold that could never be measured fails in one line before the load starts."""
     perf_project.makepyfile(
         """

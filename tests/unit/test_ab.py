@@ -142,7 +142,7 @@ def test_a_side_in_another_environment_runs_the_lone_launcher_with_that_python(t
 
 
 def test_two_resident_sides_split_the_gpu_and_say_so(tmp_path):
-    """Issue 23: both A/B sides must fit one GPU. vLLM's default 0.9 becomes 0.44 a side
+    """Both A/B sides must fit one GPU. vLLM's default 0.9 becomes 0.44 a side
     (the H200 A/A's setting); a profile that already leaves room is left alone; the CPU
     engine has no GPU memory to split; a plain run never splits. Broken on purpose
     (split_memory ignored in ServerPool.spec), the first assertion fails."""
@@ -178,7 +178,7 @@ def test_two_resident_sides_split_the_gpu_and_say_so(tmp_path):
 
 
 def test_ab_runs_gate_what_one_machine_holds_steady():
-    """Issue 23: an A/B run gates the workload's ``ab_gate`` on top of its ``gate``, at
+    """An A/B run gates the workload's ``ab_gate`` on top of its ``gate``, at
     the A/B tolerances fitted to the H200 A/A (5%); a stored-baseline run gates decode's
     TPOT and throughput too, at tolerances above their machine spread (x1.088 and x1.187
     across H200 machines), so that a collapse fails. Broken on purpose (ab ignored in

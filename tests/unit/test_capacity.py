@@ -1,4 +1,4 @@
-"""The capacity interval's statistics (issue 26): the fit, Fieller's interval, and its
+"""The capacity interval's statistics: the fit, Fieller's interval, and its
 coverage in a seeded simulation of the model (bench/capacity_coverage.py has the table)."""
 
 from __future__ import annotations

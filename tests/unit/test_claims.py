@@ -28,7 +28,10 @@ def test_the_measured_claims_say_what_the_h200_showed():
     assert rows["half-gpu-chunked"].outcome == "trades"
     assert chunked["chat.itl_max_ms"].verdict is Verdict.IMPROVED
     assert chunked["chat.itl_p99_ms"].verdict is Verdict.REGRESSED
-    for servers in ("half-gpu-api-2", "half-gpu-api-4"):  # session 7: TTFT for TPOT
+    for servers in (
+        "half-gpu-api-2",
+        "half-gpu-api-4",
+    ):  # bench/results/h200/session7: TTFT for TPOT
         found = {v.metric: v.verdict for v in rows[servers].verdicts}
         assert rows[servers].outcome == "trades"
         assert found["ttft_p50_ms"] is found["ttft_p99_ms"] is Verdict.IMPROVED

@@ -166,9 +166,9 @@ def test_counter_rates_are_compared_per_pass():
 
 
 def test_no_counter_events_on_either_side_is_no_change_whatever_the_pass_lengths():
-    # session 7, H200: 0 preemptions against 0 was called x1.94 "regressed" when the
-    # candidate's passes drained in half the time, as each side added 1 event per its
-    # own pass length
+    # on the H200 (bench/results/h200/session7): 0 preemptions against 0 was called x1.94
+    # "regressed" when the candidate's passes drained in half the time, as each side
+    # added 1 event per its own pass length
     def zeros(seconds):
         metrics = tuple({"preemptions_per_s": 0.0} for _ in seconds)
         return compare.Passes(metrics, tuple(range(len(seconds))), tuple(seconds))

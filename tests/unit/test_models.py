@@ -18,7 +18,7 @@ CACHE = Path.home() / ".cache" / "pytest-vllm-perf-tests"
 @pytest.fixture(scope="module")
 def llama_8b(tmp_path_factory):
     """The 8B preset's folder: its 128256-token BPE takes 40-50 s to train on CI's two
-    cores, the unit tier's largest cost (issue 24). It is kept across runs in
+    cores, the unit tier's largest cost. It is kept across runs in
     ``$VLLM_PERF_TEST_CACHE`` (default ``~/.cache/pytest-vllm-perf-tests``; ci.yml
     caches it), under a hash of models.py and the tokenizers release: a change to
     either trains anew. ``VLLM_PERF_TEST_CACHE=`` (empty) trains in a temporary folder."""
@@ -121,7 +121,7 @@ def test_bpe_costs_more_to_tokenize_than_word_level(llama_8b, tmp_path):
 
 
 def test_a_builder_that_loses_the_race_or_fails_leaves_no_staging_folder(tmp_path, monkeypatch):
-    """A lost race once left a whole 9 MB 8B tokenizer in the test cache (session 14).
+    """A lost race once left a whole 9 MB 8B tokenizer in the test cache.
     Broken on purpose, each check fails on a ``.building-*`` folder: with the staging
     folder never removed, the race's; with it removed only when the race is lost, the
     failed build's."""

@@ -1,4 +1,4 @@
-"""Multi-turn conversations (issue 26): each turn sends the whole history, records carry
+"""Multi-turn conversations: each turn sends the whole history, records carry
 their turn, and the prefix cache's counters become a hit rate per pass."""
 
 from __future__ import annotations

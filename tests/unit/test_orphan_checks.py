@@ -1,5 +1,5 @@
 """The engine tier's orphan checks (tests/real_engine.py), without vLLM: they must see a
-server's processes even where vLLM hides them (issue 24: checks that matched only the
+server's processes even where vLLM hides them (checks that matched only the
 launcher's command line, or looked after the session leader died, could not fail).
 
 A stand-in server: a session leader started with the test's tag in its environment,

@@ -1,6 +1,6 @@
 """The server lifecycle without vLLM: a stub launcher (tests/stub_launcher.py) boots,
 hangs, crashes, loses its port or ignores SIGTERM, and the server and pool code must
-turn each into the documented error, retry or clean stop (issue 24's untested list)."""
+turn each into the documented error, retry or clean stop (the lifecycle's untested list)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Trace replay (issue 26): the JSON-lines format, its errors by line, and the replay."""
+"""Trace replay: the JSON-lines format, its errors by line, and the replay."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 22's findings, one test each: every exclusion rule that turned a real
+"""The verdict audit's findings, one test each: every exclusion rule that turned a real
 regression into ``inconclusive`` (which never fails a run), and the statistics
 that made detection depend on the wrong things. Each of these failed on the code
 before the fix (named in the commit)."""

@@ -1,4 +1,4 @@
-"""Throughput over the steady window, and the bench-serve load shape (issue 22).
+"""Throughput over the steady window, and the bench-serve load shape.
 
 Counting every token to the last response put the drain (concurrency falling to
 zero while the last requests finish) into the measured time: on an H200, 8 s
