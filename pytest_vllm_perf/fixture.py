@@ -222,6 +222,7 @@ class PerfFixture:
             gate_extra=(*marker.get("gate", ()), *gate),
             ab=self.base_server is not None,
             most=self._settings.ab_max_pairs,
+            alpha=self._settings.ab_alpha,
         )
         # the test's own keys (a profile's apply to every workload, so they may name
         # classes this one lacks): a class it does not have is a mistake, found before

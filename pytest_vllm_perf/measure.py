@@ -38,7 +38,7 @@ from pytest_vllm_perf.load.runner import GAUGES_EVERY_S
 from pytest_vllm_perf.serving.pool import SPLIT_NOTE, ServerHandle
 from pytest_vllm_perf.verdict import capacity, gate, stats, thresholds
 from pytest_vllm_perf.verdict.gate import SaveMode
-from pytest_vllm_perf.verdict.sequential import Design, Look
+from pytest_vllm_perf.verdict.sequential import DEFAULT_ALPHA, Design, Look
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
@@ -83,6 +83,7 @@ class Plan:
     tolerances: Mapping[str, float] = field(default_factory=dict)
     gate: Sequence[str] = ()  # metrics gated on top of the workload's own
     most: int = 0  # an A/B run's budget of pairs (``sequential.Design``); 0: ``repeat``
+    alpha: float = DEFAULT_ALPHA  # an A/B test's false-alarm rate over all its looks
 
     @classmethod
     def resolve(
@@ -96,6 +97,7 @@ class Plan:
         gate_extra: Sequence[str] = (),
         ab: bool = False,
         most: int = 0,
+        alpha: float = DEFAULT_ALPHA,
     ) -> Plan:
         """Layer thresholds and tolerances, and validate every key (ThresholdError);
         ``ab``: an A/B run, whose defaults are tighter (registry.AB_TOLERANCES)."""
@@ -104,7 +106,7 @@ class Plan:
         thresholds.validate(limits)
         validate_tolerances(tol)
         validate_tolerances(dict.fromkeys(gate_extra, 0.0))
-        return cls(test_id, workload, repeat, limits, tol, tuple(gate_extra), most)
+        return cls(test_id, workload, repeat, limits, tol, tuple(gate_extra), most, alpha)
 
 
 def run_sync(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -411,7 +413,7 @@ def run_ab(
     sources = {"base": base, "candidate": candidate}
     # booted in turn, the sides cannot add pairs without more boots: one look
     most = plan.repeat if sequential else max(plan.repeat, plan.most)
-    design = Design(first=plan.repeat, most=most)
+    design = Design(first=plan.repeat, most=most, alpha=plan.alpha)
     looks = design.looks()
     planned = looks[0].pairs
 

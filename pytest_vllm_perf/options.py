@@ -26,6 +26,7 @@ from pytest_vllm_perf.core.registry import validate_tolerances
 from pytest_vllm_perf.core.workload import pass_count
 from pytest_vllm_perf.serving.models import PRESETS
 from pytest_vllm_perf.verdict.gate import SaveMode
+from pytest_vllm_perf.verdict.sequential import DEFAULT_ALPHA
 
 __all__ = ["FLAGS", "OPTIONS", "Option", "Settings", "repeat_count"]
 
@@ -53,6 +54,17 @@ def repeat_count(value: str, source: str) -> int:
     except WorkloadError as exc:
         message = str(exc)
     raise pytest.UsageError(message)
+
+
+def probability(value: str, source: str) -> float:
+    """An error rate: a number strictly between 0 and 1."""
+    try:
+        found = float(value)
+    except ValueError:
+        found = -1.0
+    if not 0 < found < 1:
+        raise pytest.UsageError(f"{source}: {value!r} is not an error rate between 0 and 1")
+    return found
 
 
 def choice(*allowed: str) -> Converter:
@@ -198,6 +210,14 @@ OPTIONS: Final = (
         "A/B (resident): while a gated metric is undecided after --vllm-repeat pairs, run 4 "
         "more pairs a look, up to this many; --vllm-repeat or less: one look",
     ),
+    Option(
+        "--vllm-ab-run-alpha",
+        "vllm_ab_run_alpha",
+        probability,
+        "0.05",
+        "A/B: the false-alarm budget of the whole run, split over its A/B tests: each may "
+        "falsely regress with probability at most min(0.01, this / the A/B tests selected)",
+    ),
 )
 FLAGS: Final = (
     (
@@ -329,6 +349,13 @@ class Settings:
     ab_revision: revision.Revision | None = None  # --vllm-ab-rev: profiles at a revision
     ab_mode: ABMode = "resident"
     ab_max_pairs: int = 16
+    ab_run_alpha: float = 0.05
+    ab_tests: int = 0  # the A/B tests selected (set at collection): they share ab_run_alpha
+
+    @property
+    def ab_alpha(self) -> float:
+        """One A/B test's false-alarm rate: 1%, or its share of the run's budget."""
+        return min(DEFAULT_ALPHA, self.ab_run_alpha / max(1, self.ab_tests))
 
     @property
     def ab(self) -> bool:
@@ -383,6 +410,7 @@ class Settings:
             gate_other_release=_flag(config, "vllm_gate_other_release"),
             ab_mode=values["vllm_ab_mode"],
             ab_max_pairs=values["vllm_ab_max_pairs"],
+            ab_run_alpha=values["vllm_ab_run_alpha"],
             **_ab_side(values["vllm_ab"]),
         )
         if values["vllm_ab_rev"] is not None:

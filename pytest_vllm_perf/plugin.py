@@ -7,6 +7,7 @@ in :mod:`fixture`; measuring is :mod:`measure`; reports are :mod:`report`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import signal
@@ -132,6 +133,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         problems += stored_baselines(item, settings)
     if problems:
         raise pytest.UsageError("\n".join(problems))
+    if settings.ab:  # the A/B tests share the run's false-alarm budget
+        config.stash[SETTINGS] = dataclasses.replace(settings, ab_tests=_ab_tests(items))
     order = {name: i for i, name in enumerate(settings.profiles)}
 
     def key(item: pytest.Item) -> tuple[int, str]:
@@ -141,6 +144,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return (order.get(name, len(order)), name)
 
     items.sort(key=key)
+
+
+def _ab_tests(items: list[pytest.Item]) -> int:
+    """The perf tests an A/B run judges A against B: those not pinned to a profile by
+    their marker (a pinned test runs normally)."""
+    count = 0
+    for item in items:
+        mark = item.get_closest_marker("vllm_perf")
+        if "vllm_perf" in getattr(item, "fixturenames", ()) and not (
+            mark and mark.kwargs.get("profile")
+        ):
+            count += 1
+    return count
 
 
 def _profile_of(item: pytest.Item) -> str | None:

@@ -13,6 +13,7 @@ import pytest
 
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.records import Verdict
+from tests.plugin.conftest import PERF_TEST
 from tests.plugin.test_gate import run, run_ab, stored
 from tests.scratch_git import git
 
@@ -77,6 +78,22 @@ def test_a_budget_of_the_first_look_runs_no_more_pairs(project, fake_vllm, monke
     out = result.stdout.str()
     assert "undecided after" not in out and "A/B pass 3/" not in out
     assert re.search(r"A/B: 'p' against 'default', .*; 2 pairs: regressed when", out), out
+
+
+def test_the_runs_false_alarm_budget_is_split_over_its_ab_tests(project, fake_vllm, monkeypatch):
+    """Each A/B test may spend min(1%, the run's budget / the A/B tests selected): one
+    look of 2 pairs spends it all, and the note prints it. A second perf test halves it.
+    Broken on purpose (every test at 1%), the notes say level 0.01."""
+    args = ("--vllm-ab=default", "--vllm-ab-max-pairs=2", "--vllm-ab-run-alpha=0.004", "-s")
+    one = run_ab(project, fake_vllm, monkeypatch, *args, repeat=2)
+    assert "2 pairs: regressed when worse than 25% of the tolerance at level 0.004" in (
+        one.stdout.str()
+    )
+    project.makepyfile(test_second=PERF_TEST)
+    two = run_ab(project, fake_vllm, monkeypatch, *args, repeat=2)
+    out = two.stdout.str()
+    assert out.count("at level 0.002;") == 2, out
+    assert "at level 0.004" not in out
 
 
 def test_sequential_ab_runs_the_sides_in_blocks_and_says_so(project, fake_vllm, monkeypatch):
