@@ -12,6 +12,11 @@ AB ?= default
 # the API server, not the engine, paced the stream (7 of 8 A/B passes in bursts,
 # docs/results.md#the-demo-on-the-cpu-engine); `small` lets the engine set the pace.
 PRESET ?= small
+# The demo's A/B decides at its first look (8 pairs): on two shared cores the CPU
+# engine's pass-to-pass noise (log sd 0.04-0.44, bench/results/operating_characteristic.md)
+# leaves most metrics undecided at 16 pairs too, so more looks would double its time and
+# decide little. MAX_PAIRS=16 runs the GPU default.
+MAX_PAIRS ?= 8
 ARGS ?=
 
 .PHONY: setup demo test lint clean reference
@@ -41,7 +46,7 @@ $(STAMP): pyproject.toml
 # fresh machine sees verdicts). AB= runs the plain suite (e.g. to save baselines).
 demo: $(STAMP)
 	$(BIN)/pytest examples --vllm-profile=$(PROFILE) $(if $(AB),--vllm-ab=$(AB)) \
-	  --vllm-model-preset=$(PRESET) $(ARGS)
+	  --vllm-ab-max-pairs=$(MAX_PAIRS) --vllm-model-preset=$(PRESET) $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

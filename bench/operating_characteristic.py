@@ -14,7 +14,14 @@ platform's default tolerances of each mode:
 
 The model is checked against the real passes it was fitted to: every boot in turn
 as the current run against two other boots as the baseline (all common passes),
-as is (A/A) and with the metric made x1.2 worse (injected). Rerun with::
+as is (A/A) and with the metric made x1.2 worse (injected).
+
+The A/B decision is also run on the real pairs of the H200's resident A/A runs
+(``AB_REAL``): pairs drawn with replacement from the recorded ones, judged as
+``measure.run_ab`` judges them (8 pairs, then 12, then 16), as recorded (A/A: the
+false-alarm rate, with the servers' real offset kept) and with each gated metric
+made x1.05 worse on the candidate side (the power at the size of a release
+regression). Rerun with::
 
     .venv/bin/python bench/operating_characteristic.py
 
@@ -42,7 +49,7 @@ from pytest_vllm_perf.core.registry import (
     from_bench_serve_key,
     tolerance_for,
 )
-from pytest_vllm_perf.verdict import compare, noise
+from pytest_vllm_perf.verdict import baseline, compare, noise, sequential
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -54,6 +61,15 @@ SOURCES = (
     ("CPU", "cpu", "gate_power-cpu-decode-passes.json", ("decode",)),
     ("CPU", "cpu", "gate_power-cpu-interference-passes.json", ("interference",)),
 )  # fmt: skip
+# the H200's resident A/A runs (two servers of one config on one GPU, passes ABBA):
+# (label, workload, [(file, test id)]) whose pairs are pooled
+AB_REAL = (
+    ("H200", "decode", [("h200/session10/resident/ab.json", "examples/test_decode.py::test_decode"),
+                        ("h200/plant/aa/ab.json", "examples/test_decode.py::test_decode")]),
+    ("H200", "interference",
+     [("h200/session10/resident/ab.json", "examples/test_interference.py::test_interference")]),
+)  # fmt: skip
+AB_PLANT = 1.05
 RATIOS = (0.9, 0.95, 1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.5, 2.0)
 INJECTED = 1.2
 
@@ -119,6 +135,90 @@ def model_checks(scales: Mapping[str, noise.Scales], tol: Mapping[str, float], p
     }
 
 
+def _real_pairs(sources: Sequence[tuple[str, str]]) -> tuple[list[dict], list[dict]]:
+    """The base and candidate pass metrics of recorded A/B runs, pair k to pair k."""
+    base: list[dict] = []
+    cur: list[dict] = []
+    for file, test in sources:
+        results = json.loads((RESULTS / file).read_text())["results"]
+        [r] = [r for r in results if r["test"] == test]
+        b, c = (baseline.report_passes(r[k]) for k in ("base_passes", "passes"))
+        by_index = dict(zip(b.indices, b.metrics, strict=True))
+        for index, m in zip(c.indices, c.metrics, strict=True):
+            if index in by_index:
+                base.append(dict(by_index[index]))
+                cur.append(dict(m))
+    return base, cur
+
+
+def resident_scales(
+    sources: Sequence[tuple[str, str]], keys: Sequence[str]
+) -> dict[str, noise.Scales]:
+    """The A/B noise of the resident A/A pairs: a pair's log ratio has twice a pass's
+    residual variance, and the schedule and the machine's level cancel in it."""
+    base, cur = _real_pairs(sources)
+    out = {}
+    for key in keys:
+        logs = [math.log(c[key] / b[key]) for b, c in zip(base, cur, strict=True)
+                if key in b and key in c and b[key] > 0 and c[key] > 0
+                and math.isfinite(b[key]) and math.isfinite(c[key])]  # fmt: skip
+        if len(logs) >= 4:
+            level = float(np.exp(np.mean([math.log(b[key]) for b in base if b.get(key, 0) > 0])))
+            out[key] = noise.Scales(0.0, 0.0, float(np.std(logs, ddof=1)) / math.sqrt(2), level)
+    return out
+
+
+def ab_real(workload_name: str, sources: Sequence[tuple[str, str]], trials: int,
+            seed: int) -> dict[str, Any]:  # fmt: skip
+    """The sequential A/B decision on real A/A pairs drawn with replacement: false alarms
+    as recorded, and detection with each gated metric made ``AB_PLANT`` times worse."""
+    workload = workloads.named(workload_name)
+    keys = tuple(k for k in (*workload.gate, *workload.ab_gate))
+    tol = default_tolerances("cuda", ab=True)
+    base, cur = _real_pairs(sources)
+    design = sequential.Design()
+    rng = np.random.default_rng(seed)
+
+    def side(rows: Sequence[Mapping[str, float]]) -> compare.Passes:
+        return compare.Passes(tuple(rows), tuple(range(len(rows))), (8.0,) * len(rows))
+
+    def judge(factor: Mapping[str, float]) -> tuple[float, dict[str, float], dict[str, int]]:
+        alarms, hits, used = 0, dict.fromkeys(keys, 0), dict[str, int]()
+        for _ in range(trials):
+            pick = rng.integers(0, len(base), design.most)
+            b = [{k: base[i].get(k, math.nan) for k in keys} for i in pick]
+            c = []
+            for i in pick:
+                row = {k: cur[i].get(k, math.nan) for k in keys}
+                for key, r in factor.items():
+                    higher = METRICS[key.rpartition(".")[2]].higher_is_better
+                    row[key] = row[key] / r if higher else row[key] * r
+                c.append(row)
+            found, pairs = noise.sequential_ab(side(b), side(c), keys, tol, design)
+            used[str(pairs)] = used.get(str(pairs), 0) + 1
+            regressed = {v.metric for v in found if v.gated and v.verdict is Verdict.REGRESSED}
+            alarms += bool(regressed)
+            for key in regressed:
+                hits[key] += 1
+        return alarms / trials, {k: v / trials for k, v in hits.items()}, used
+
+    aa, _, aa_pairs = judge({})
+    planted = {}
+    for key in keys:
+        _, hits, used = judge({key: AB_PLANT})
+        planted[key] = {"regressed": hits[key], "pairs": used}
+    return {
+        "workload": workload_name,
+        "sources": [f for f, _ in sources],
+        "pairs_recorded": len(base),
+        "trials": trials,
+        "tolerances": {k: tolerance_for(k, tol) for k in keys},
+        "aa_false_alarm": aa,
+        "aa_pairs": aa_pairs,
+        "planted": planted,
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for label, platform, file, names in SOURCES:
@@ -139,10 +239,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             }  # fmt: skip
             scales = {k: fitted[k] for k in gate if k in fitted}
             print(f"{label} {name}: fitted {len(boots)} boots", flush=True)
+            # A/B: refitted to the resident A/A pairs where there are some (today's
+            # definitions, both servers of one machine), else the boots' fit
+            real = next((src for lab, n, src in AB_REAL if (lab, n) == (label, name)), None)
+            resident = resident_scales(real, gated["ab"]) if real else {}
+            by_mode = {
+                "stored": {k: fitted[k] for k in gated["stored"] if k in fitted},
+                "ab": {k: resident.get(k, fitted.get(k)) for k in gated["ab"]
+                       if k in resident or k in fitted},
+            }  # fmt: skip
             oc = {
                 mode: noise.operating_characteristic(
-                    {k: fitted[k] for k in gated[mode] if k in fitted}, tols[mode], RATIOS,
-                    mode, args.passes, 2, args.trials, args.seed,
+                    by_mode[mode], tols[mode], RATIOS, mode, args.passes, 2, args.trials,
+                    args.seed,
                 )
                 for mode in noise.MODES
             }  # fmt: skip
@@ -151,6 +260,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "platform": label, "workload": name, "file": file, "boots": len(boots),
                 "passes_per_boot": n_passes,
                 "scales": {k: s.__dict__ for k, s in scales.items()},
+                "ab_scales": {k: {**s.__dict__, "from": "resident A/A pairs" if k in resident
+                                  else "boots"} for k, s in by_mode["ab"].items()},
                 "tolerances": {
                     m: {k: tolerance_for(k, tols[m]) for k in gated[m] if k in fitted}
                     for m in noise.MODES
@@ -163,7 +274,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "model": model_checks(scales, tol, n_passes, args.trials, args.seed),
                 },
             })  # fmt: skip
-    return {"trials": args.trials, "passes": args.passes, "ratios": RATIOS, "rows": rows}
+    real_ab = [
+        {"platform": label, **ab_real(name, sources, args.trials, args.seed)}
+        for label, name, sources in AB_REAL
+    ]
+    return {"trials": args.trials, "passes": args.passes, "ratios": RATIOS, "rows": rows,
+            "ab_real": real_ab}  # fmt: skip
 
 
 def _p(counts: Mapping[str, int], verdict: str, trials: int) -> float:
@@ -187,7 +303,7 @@ def markdown(data: Mapping[str, Any]) -> list[str]:
     for row in data["rows"]:
         for mode, found in row["oc"].items():
             for key, by in found.items():
-                if key == "any regressed":
+                if key == "any regressed" or key.endswith(" pairs"):
                     continue
                 cells = [f"{_p(by[str(r)], 'regressed', trials):.0%}" for r in ratios]
                 tol = row["tolerances"][mode][key]
@@ -206,6 +322,13 @@ def markdown(data: Mapping[str, Any]) -> list[str]:
     for row in data["rows"]:
         fa = [_p(row["oc"][m]["any regressed"]["1.0"], "True", trials) for m in ("stored", "ab")]
         out.append(f"| {row['platform']} | {row['workload']} | {fa[0]:.1%} | {fa[1]:.1%} |")
+    for label in sorted({r["platform"] for r in data["rows"]}):
+        clean = [1 - _p(r["oc"]["ab"]["any regressed"]["1.0"], "True", trials)
+                 for r in data["rows"] if r["platform"] == label]  # fmt: skip
+        out.append(
+            f"\n{label}, A/B, a run of these {len(clean)} workloads' tests: P(any false "
+            f"regressed) = {1 - math.prod(clean):.1%} (independent tests)."
+        )
     out += [
         "",
         f"The model against the real boots it was fitted to (each boot against two others, "
@@ -226,6 +349,40 @@ def markdown(data: Mapping[str, Any]) -> list[str]:
             f"| {real['comparisons']} | {real['aa_false_alarm']:.1%} / "
             f"{model['aa_false_alarm']:.1%} | {det} |"
         )
+    out += [
+        "",
+        f"The A/B decision on the H200's real resident A/A pairs (drawn with replacement, "
+        f"{sequential.Design().first} pairs then up to {sequential.Design().most}, alpha "
+        f"{sequential.Design().alpha:.0%} per test): false alarms as recorded, and how often a "
+        f"metric made x{AB_PLANT:g} worse on the candidate side was called regressed "
+        "(pairs used: how many decisions stopped at 8 / 12 / 16):",
+        "",
+        "| platform | workload | recorded pairs | trials | A/A: any gated metric regressed "
+        f"| A/A pairs used | metric | tolerance | x{AB_PLANT:g}: regressed, real / model "
+        "| pairs used |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for real in data.get("ab_real", []):
+        for i, (key, got) in enumerate(real["planted"].items()):
+            head = (
+                f"| {real['platform']} | {real['workload']} | {real['pairs_recorded']} | "
+                f"{real['trials']} | {real['aa_false_alarm']:.1%} | {_used(real['aa_pairs'])} |"
+                if i == 0 else "| | | | | | |"
+            )  # fmt: skip
+            row = next((r for r in data["rows"] if (r["platform"], r["workload"])
+                        == (real["platform"], real["workload"])), None)  # fmt: skip
+            model = row["oc"]["ab"].get(key, {}).get(str(AB_PLANT)) if row else None
+            predicted = f"{_p(model, 'regressed', trials):.0%}" if model else "-"
+            out.append(
+                f"{head} {key} | {real['tolerances'][key]:.0%} | {got['regressed']:.0%} / "
+                f"{predicted} | {_used(got['pairs'])} |"
+            )
+    out += ["", "A/B noise (pass-to-pass sd on the log scale, and where it was fitted):", ""]
+    for row in data["rows"]:
+        ab = "; ".join(
+            f"{k} {s['residual']:.4f} ({s['from']})" for k, s in row["ab_scales"].items()
+        )
+        out.append(f"- {row['platform']} {row['workload']}: {ab}")
     out += ["", "Fitted scales (log-scale sd: boot / schedule / pass-to-pass):", ""]
     for row in data["rows"]:
         scales = "; ".join(
@@ -234,6 +391,10 @@ def markdown(data: Mapping[str, Any]) -> list[str]:
         )
         out.append(f"- {row['platform']} {row['workload']} ({row['file']}): {scales}")
     return out
+
+
+def _used(counts: Mapping[str, int]) -> str:
+    return " / ".join(str(counts.get(str(n), 0)) for n in sequential.Design().pair_counts())
 
 
 def plot(data: Mapping[str, Any], path: Path) -> None:
@@ -250,7 +411,7 @@ def plot(data: Mapping[str, Any], path: Path) -> None:
             ax = axes[i][j]
             for row in (r for r in data["rows"] if r["platform"] == platform):
                 for key, by in row["oc"][mode].items():
-                    if key == "any regressed":
+                    if key == "any regressed" or key.endswith(" pairs"):
                         continue
                     ys = [_p(by[str(r)], "regressed", data["trials"]) for r in ratios]
                     ax.plot(ratios, ys, marker="o", label=f"{row['workload']}: {key}")
