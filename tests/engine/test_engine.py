@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.request
 
 import pytest
 
@@ -17,7 +16,6 @@ from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core import trace
 from pytest_vllm_perf.core.records import Verdict
 from pytest_vllm_perf.core.workload import RequestClass, Workload
-from pytest_vllm_perf.load import scrape
 from pytest_vllm_perf.measure import capacity_search, measure
 from pytest_vllm_perf.verdict import thresholds
 
@@ -69,46 +67,14 @@ def test_workload_measures_real_tokens(real_server):
     counters = result.passes[0].counters  # read at the pass boundaries
     assert counters["preemptions"] == 0.0
     assert counters["prefix_cache_queries"] >= counters["prefix_cache_hits"] >= 0
-    # the sampler read and parsed the gauges during the load; whether a reading fell while a
-    # request held KV blocks depends on the machine's pace (a fresh-clone CI run beside three
-    # engine workers got KV 0 in every reading), so that is shown by the probe below
+    # the sampler read and parsed the gauges during the load. Whether a reading is above 0
+    # is not asserted: the client cannot know what the server still holds. Read at every
+    # 16th chunk of one 1024-token stream, KV usage was 0.00098 at the first chunk and 0.0
+    # at every later one while the chunks were still arriving (the stream had been
+    # generated ahead of the reader), and a fresh-clone CI run read 0.0 at the first chunk
+    # too. Parsing a nonzero gauge is tests/unit/test_scrape.py's.
     assert result.gauges, "KV usage and queue are sampled during the run"
     assert all(r.kv_cache_usage is not None for r in result.gauges)
-    usage, chunks_after = _kv_usage_mid_stream(real_server)
-    assert chunks_after > 0, "the request was still streaming after /metrics was read"
-    assert usage is not None and usage > 0, usage
-
-
-def _kv_usage_mid_stream(server, max_tokens: int = 256) -> tuple[float | None, int]:
-    """The KV usage gauge read while one long request is known to be in flight: after its
-    first streamed chunk, before its last; and how many chunks came after the read."""
-    body = json.dumps(
-        {
-            "model": server.model,
-            "prompt": "hello " * 32,
-            "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "stream": True,
-        }
-    ).encode()
-    request = urllib.request.Request(
-        f"{server.base_url}/v1/completions",
-        data=body,
-        headers={"Content-Type": "application/json"},
-    )
-    usage: float | None = None
-    read = False
-    chunks_after = 0
-    with urllib.request.urlopen(request, timeout=120) as resp:  # the server binds 127.0.0.1
-        for line in resp:
-            if not line.startswith(b"data: {"):
-                continue
-            if not read:
-                usage = scrape.first(scrape.scrape(server.base_url) or {}, scrape.KV_USAGE)
-                read = True
-            else:
-                chunks_after += 1
-    return usage, chunks_after
 
 
 def test_threshold_pass_and_fail_against_real_engine(real_server, perf_project):
