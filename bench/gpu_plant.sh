@@ -6,10 +6,12 @@
 #   2. aa: the same commit against itself: must pass;
 #   3. l33: 33 layers (about x1.03) against the 32-layer commit: reported with its
 #      interval (the goal: it fails too).
-# Usage: bash bench/gpu_plant.sh [l34] [aa] [l33]
-# Each is `prgate examples --base REV --profiles plant --stored ''` on examples/test_decode.py
-# (both servers resident, memory split, passes alternated ABBA, the sequential A/B
-# decision from 8 pairs up to 16). The prgate summaries state wall and GPU minutes.
+# Usage: [TESTS=EXPR] [MAX_PAIRS=N] bash bench/gpu_plant.sh [l34] [aa] [l33]
+# Each is `prgate examples --base REV --profiles plant --stored ''` on the example tests
+# that `-k "$TESTS"` selects (default `decode`; `decode or interference` for both), both
+# servers resident, memory split, passes alternated ABBA, the sequential A/B decision
+# from 8 pairs up to MAX_PAIRS (default 16), one settle pass a side first. The prgate
+# summaries state wall and GPU minutes.
 # Run from a copy of the repository (bench/gpu_jobs.sh start makes one); it makes that
 # copy a git repository of its own, since a device command brings no .git.
 # Needs vLLM importable (PYTHONPATH=~/vllm-site). Writes everything under $OUT.
@@ -37,7 +39,8 @@ git_ commit -qam "34 layers" || exit 1
 step() {  # NAME BASE
   local name=$1 base=$2 started=$SECONDS
   python3 -m pytest_vllm_perf.prgate examples --base "$base" --profiles plant --stored '' \
-    --out "$out/$name" -- -k decode "${common[@]}" 2>&1 | tee "$out/$name.log"
+    --out "$out/$name" -- -k "${TESTS:-decode}" --vllm-ab-max-pairs="${MAX_PAIRS:-16}" \
+    "${common[@]}" 2>&1 | tee "$out/$name.log"
   echo "$name: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/times.txt"
 }
 # the steps to run, in order (default all three): a lost machine need not cost the finished ones

@@ -84,6 +84,7 @@ class Plan:
     gate: Sequence[str] = ()  # metrics gated on top of the workload's own
     most: int = 0  # an A/B run's budget of pairs (``sequential.Design``); 0: ``repeat``
     alpha: float = DEFAULT_ALPHA  # an A/B test's false-alarm rate over all its looks
+    settle: int = 0  # unmeasured passes before a server's first measured one (runner.run)
 
     @classmethod
     def resolve(
@@ -98,6 +99,7 @@ class Plan:
         ab: bool = False,
         most: int = 0,
         alpha: float = DEFAULT_ALPHA,
+        settle: int = 0,
     ) -> Plan:
         """Layer thresholds and tolerances, and validate every key (ThresholdError);
         ``ab``: an A/B run, whose defaults are tighter (registry.AB_TOLERANCES)."""
@@ -106,7 +108,7 @@ class Plan:
         thresholds.validate(limits)
         validate_tolerances(tol)
         validate_tolerances(dict.fromkeys(gate_extra, 0.0))
-        return cls(test_id, workload, repeat, limits, tol, tuple(gate_extra), most, alpha)
+        return cls(test_id, workload, repeat, limits, tol, tuple(gate_extra), most, alpha, settle)
 
 
 def run_sync(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -126,8 +128,10 @@ def measure(
     progress: Progress | None = None,
     gauges_every_s: float | None = GAUGES_EVERY_S,
     first_index: int = 0,
+    settle: int = 0,
 ) -> Measurement:
-    """Drive ``workload`` ``repeat`` times against ``handle`` and compute its metrics."""
+    """Drive ``workload`` ``repeat`` times against ``handle`` and compute its metrics,
+    after ``settle`` unmeasured passes (``runner.run``)."""
     recording = run_sync(
         lambda: runner.run(
             workload,
@@ -138,6 +142,7 @@ def measure(
             gauges_every_s=gauges_every_s,
             first_index=first_index,
             alive=getattr(handle.server, "running", None),
+            settle=settle,
         )
     )
     handle.check_alive()
@@ -405,7 +410,9 @@ def run_ab(
 
     Resident, the verdict is decided in looks (``sequential.Design``): after
     ``plan.repeat`` pairs, and 4 more pairs at a time while a gated metric is
-    undecided and none regressed, up to ``plan.most``.
+    undecided (also after another regressed, which stays regressed), up to
+    ``plan.most``. Each side first runs ``plan.settle`` unmeasured passes on each
+    server it is measured on.
     """
     recorded: dict[str, dict[int, Measurement]] = {"base": {}, "candidate": {}}
     handles: dict[str, ServerHandle] = {}
@@ -420,6 +427,8 @@ def run_ab(
     def one(side: str, k: int) -> None:
         source = sources[side]
         handle = source() if callable(source) else source
+        # a side settles before its first pass on each server it boots (CBBC reboots)
+        settle = plan.settle if handles.get(side) is not handle else 0
         handles[side] = handle
 
         def say(message: str) -> None:
@@ -427,7 +436,7 @@ def run_ab(
                 progress(f"A/B pass {k + 1}/{planned} {side} ({handle.profile}): {message}")
 
         say("starting")
-        recorded[side][k] = measure(handle, plan.workload, 1, say, first_index=k)
+        recorded[side][k] = measure(handle, plan.workload, 1, say, first_index=k, settle=settle)
 
     def judge(look: Look) -> tuple[dict[str, Measurement], GateResult]:
         sides = {
@@ -457,6 +466,7 @@ def run_ab(
         sides, verdict = judge(looks[0])
     else:
         done = 0
+        earlier: GateResult | None = None
         for look in looks:
             planned = look.pairs
             for k, order in alternation(look.pairs)[done:]:
@@ -464,6 +474,9 @@ def run_ab(
                     one(side, k)
             done = look.pairs
             sides, verdict = judge(look)
+            if earlier is not None:
+                verdict = gate.carry_regressions(earlier, verdict)
+            earlier = verdict
             open_metrics = gate.undecided(verdict)
             if not open_metrics or look.last:
                 break
@@ -490,7 +503,7 @@ def run_test(
     gate_other_release: bool = False,
 ) -> Outcome:
     """Measure, check the thresholds, and gate on (or save) the baseline."""
-    result = measure(handle, plan.workload, plan.repeat, progress)
+    result = measure(handle, plan.workload, plan.repeat, progress, settle=plan.settle)
     checks = thresholds.check(result.metrics, plan.thresholds)
     verdict = gate.evaluate(
         plan.test_id,

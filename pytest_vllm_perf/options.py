@@ -56,6 +56,17 @@ def repeat_count(value: str, source: str) -> int:
     raise pytest.UsageError(message)
 
 
+def settle_count(value: str, source: str) -> int:
+    """A number of unmeasured passes: a whole number >= 0."""
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise pytest.UsageError(f"{source}: expected a whole number of passes >= 0, got {value!r}")
+    return count
+
+
 def probability(value: str, source: str) -> float:
     """An error rate: a number strictly between 0 and 1."""
     try:
@@ -203,6 +214,14 @@ OPTIONS: Final = (
         "passes of each workload; verdicts compare passes",
     ),
     Option(
+        "--vllm-settle-passes",
+        "vllm_settle_passes",
+        settle_count,
+        "1",
+        "unmeasured passes at full load before each test's first measured pass on a server "
+        "(each A/B side): the first pass after a boot ran slower",
+    ),
+    Option(
         "--vllm-ab-max-pairs",
         "vllm_ab_max_pairs",
         repeat_count,
@@ -339,6 +358,7 @@ class Settings:
     markdown_path: Path | None
     plots_dir: Path | None
     repeat: int
+    settle_passes: int = 1
     save_mode: SaveMode = SaveMode.COMPARE
     require_baseline: bool = False
     tolerances: Mapping[str, float] = field(default_factory=dict)
@@ -403,6 +423,7 @@ class Settings:
             markdown_path=values["vllm_markdown"],
             plots_dir=values["vllm_plots"],
             repeat=values["vllm_repeat"],
+            settle_passes=values["vllm_settle_passes"],
             save_mode=mode,
             require_baseline=_flag(config, "vllm_require_baseline"),
             tolerances=_tolerances(config),

@@ -190,10 +190,22 @@ def look_note(look: Look) -> str:
 
 
 def undecided(result: GateResult) -> list[str]:
-    """The gated metrics another look could still decide: none once one regressed."""
-    if result.regressions:
-        return []
+    """The gated metrics another look could still decide: the inconclusive ones, also
+    once another regressed, so that a failed test names every metric that moved."""
     return [v.metric for v in result.verdicts if v.gated and v.verdict is Verdict.INCONCLUSIVE]
+
+
+def carry_regressions(earlier: GateResult, now: GateResult) -> GateResult:
+    """``now``, a later look, with every metric that regressed at the ``earlier`` look
+    kept regressed (that look's verdict line): a hypothesis rejected at a look stays
+    rejected, and the error it could spend was spent there."""
+    kept = {v.metric: v for v in earlier.verdicts if v.verdict is Verdict.REGRESSED}
+    verdicts = [
+        kept.pop(v.metric) if v.metric in kept and v.verdict is not Verdict.REGRESSED else v
+        for v in now.verdicts
+    ]
+    verdicts += [v for v in kept.values() if v.metric not in {u.metric for u in now.verdicts}]
+    return dataclasses.replace(now, verdicts=tuple(verdicts))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,8 +17,11 @@ exactly the tolerance failed at most 2.5% of the time: on an H200 a decode step
   (the upper bound of a one-sided interval lies below 1 + tolerance).
 - **Improved** mirrors regressed; otherwise **inconclusive**.
 - **Looks.** The first look comes after ``first`` pairs (``--vllm-repeat``). While a
-  gated metric is inconclusive and none is regressed, ``step`` more pairs are run, up
-  to ``most`` (``--vllm-ab-max-pairs``). Each look spends its share of ``alpha``,
+  gated metric is inconclusive, ``step`` more pairs are run, up to ``most``
+  (``--vllm-ab-max-pairs``); a metric that regressed at a look stays regressed, and
+  the looks go on for the others, so that a failed test names each metric that moved
+  (on the H200 a 34-layer plant failed on ITL p50 at the first look with TPOT and
+  throughput still open, bench/results/h200/plant/l34.log). Each look spends its share of ``alpha``,
   ``alpha * (pairs added) / most``, and Holm's correction runs over the test's gated
   metrics inside a look: by the union bound the chance of any false regression over
   all metrics and looks stays at most ``alpha``. Spending by pairs leaves most of it

@@ -27,6 +27,9 @@ def test_ab_mode_compares_two_sides_without_a_stored_baseline(project, fake_vllm
     judged_once(result)
     out = result.stdout.str()
     assert "A/B pass 1/6 base (default)" in out and "A/B pass 1/6 candidate (p)" in out
+    # each side settles once, before its first measured pass (--vllm-settle-passes 1)
+    settled = re.findall(r"A/B pass (\d)/6 (base|candidate) .*: settle pass 1/1 thrown away", out)
+    assert sorted(settled) == [("1", "base"), ("1", "candidate")], settled
     result.stdout.fnmatch_lines(["*'p' against 'default', two servers up, one loaded at a time*"])
     assert stored(project) == []  # nothing is stored in A/B mode
     # each gated metric judged, the A/B-only ones too
@@ -114,6 +117,11 @@ def test_sequential_ab_runs_the_sides_in_blocks_and_says_so(project, fake_vllm, 
     result.stdout.fnmatch_lines(
         ["*'p' against 'default', booted in turn, passes in blocks (CBBC)*"]
     )
+    # each block settles on the server it booted
+    settled = re.findall(
+        r"A/B pass (\d)/6 (base|candidate) .*: settle pass 1/1 thrown away", result.stdout.str()
+    )
+    assert settled == [("1", "candidate"), ("1", "base"), ("4", "candidate")], settled
 
 
 def test_ab_mode_usage_errors(project, fake_vllm, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from pytest_vllm_perf.core.records import (
@@ -13,8 +14,10 @@ from pytest_vllm_perf.core.records import (
     Verdict,
 )
 from pytest_vllm_perf.core.workload import RequestClass, Workload
+from pytest_vllm_perf import measure as measure_module
 from pytest_vllm_perf.measure import alternation, assemble
 from pytest_vllm_perf.verdict import gate
+from pytest_vllm_perf.verdict.sequential import Design
 
 LOAD = Workload("w", (RequestClass("c", 16, 32, users=1),), gate=("tpot_mean_ms",))
 ENV = Environment("cpu", "cpu: test", "0.32.0", "2.9", "3.11")
@@ -232,3 +235,59 @@ def test_sequential_blocks_are_cbbc_and_cover_every_pass_once_a_side():
         for side in ("base", "candidate"):
             done = [k for s, passes in blocks(n) if s == side for k in passes]
             assert sorted(done) == list(range(n)), (n, side)
+
+
+TWO = Workload("w", (RequestClass("c", 16, 32, users=1),), gate=("tpot_mean_ms", "ttft_p99_ms"))
+
+
+def one_pass(k: int, tpot_scale: float, ttft_scale: float) -> PassRecord:
+    rng = random.Random(k)
+
+    def record(i: int) -> RequestRecord:
+        gaps = tuple(0.01 * tpot_scale * rng.uniform(0.99, 1.01) for _ in range(31))
+        ttft = 0.1 * ttft_scale
+        return RequestRecord("c", i * 0.1, ttft, gaps, ttft + sum(gaps), 16, 32, 32)
+
+    return PassRecord(tuple(record(i) for i in range(60)), 6.0, index=k)
+
+
+def test_looks_go_on_after_a_regression_and_the_regression_stays(monkeypatch):
+    """TPOT x1.3 in the first 8 pairs regresses at the first look; TTFT p99 (signed-rank,
+    the TTFT of each pass scattered x0.3-x3 on both sides) stays undecided, so the run
+    adds pairs up to the budget of 16. The candidate's pairs 9-16 are x0.75 faster:
+    judged afresh at 16 pairs TPOT would no longer be regressed; it stays so, as the
+    first look decided. Broken on purpose (no carry, or looks stopping once a metric
+    regressed), the pass count or the final verdict fails."""
+    scatter = [random.Random(100 + k).uniform(0.3, 3.0) for k in range(32)]
+    calls: list[tuple[str, int]] = []
+
+    def fake_measure(handle, workload, repeat, progress, first_index=0, settle=0):
+        k = first_index
+        calls.append((handle.profile, k))
+        cand = handle.profile == "cand"
+        tpot = (1.3 if k < 8 else 0.75) if cand else 1.0
+        ttft = scatter[2 * k + cand]
+        return assemble(workload, [one_pass(k, tpot, ttft)], ())
+
+    monkeypatch.setattr(measure_module, "measure", fake_measure)
+    plan = measure_module.Plan.resolve("t", TWO, 8, "cpu", ab=True, most=16)
+    base = FakeHandle("base", provenance("base", {}))
+    cand = FakeHandle("cand", provenance("cand", {}))
+    said: list[str] = []
+    outcome = measure_module.run_ab(plan, base, cand, said.append)
+    assert sorted(calls) == sorted((side, k) for side in ("base", "cand") for k in range(16))
+    verdicts = {v.metric: v for v in outcome.gate.verdicts}
+    assert verdicts["ttft_p99_ms"].verdict is Verdict.INCONCLUSIVE
+    assert verdicts["tpot_mean_ms"].verdict is Verdict.REGRESSED
+    assert verdicts["tpot_mean_ms"].basis.startswith("8 pairs")  # the first look's line
+    assert "look 3 of 3 after 16 pairs" in outcome.gate.note
+    # judged afresh at 16 pairs, the same passes are not a regression
+    fresh = gate.ab(outcome.base, outcome.result, base.provenance, cand.provenance,
+                    plan.tolerances, list(TWO.gate), look=Design(8, 16).looks()[-1])  # fmt: skip
+    assert {v.metric: v for v in fresh.verdicts}["tpot_mean_ms"].verdict is not Verdict.REGRESSED
+
+
+@dataclasses.dataclass
+class FakeHandle:
+    profile: str
+    provenance: Provenance
