@@ -41,13 +41,15 @@ def test_gate(vllm_perf):
 """
 
 
+ONE_LOOK = ("--vllm-ab-max-pairs=10",)
+
+
 def _gate(repo: Path, out: str, *args: str) -> tuple[int, str, dict]:
     gate = [sys.executable, "-m", "pytest_vllm_perf.prgate", "perf", f"--out={out}", *args]
     done = subprocess.run(
         # one look of the 10 pairs: a regression found there would otherwise go on to
         # 16 pairs to decide the metrics still open, more CI time than this test needs
-        [*gate, "--", "-p", "no:cacheprovider", f"--vllm-model-preset={PRESET}",
-         "--vllm-ab-max-pairs=10"],  # fmt: skip
+        [*gate, "--", "-p", "no:cacheprovider", f"--vllm-model-preset={PRESET}", *ONE_LOOK],
         cwd=repo,
         capture_output=True,
         text=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
+from pytest_vllm_perf import measure as measure_module
 from pytest_vllm_perf.core.records import (
     Environment,
     GateStatus,
@@ -14,7 +15,6 @@ from pytest_vllm_perf.core.records import (
     Verdict,
 )
 from pytest_vllm_perf.core.workload import RequestClass, Workload
-from pytest_vllm_perf import measure as measure_module
 from pytest_vllm_perf.measure import alternation, assemble
 from pytest_vllm_perf.verdict import gate
 from pytest_vllm_perf.verdict.sequential import Design
