@@ -150,3 +150,21 @@ def engine_core(tag: str) -> list[int]:
         for p in tagged_processes(tag)
         if "VLLM::EngineCore" in _cmdline(p) or _comm(p).startswith("VLLM::EngineCor")
     ]
+
+
+def describe(pids: list[int]) -> str:
+    """Who each process is, for a failed orphan check: a leftover whose parent, group or
+    session is not a server's says which path left it."""
+    out = []
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()
+        except OSError:
+            out.append(f"{pid}: gone")
+            continue
+        state, ppid, pgrp, session = fields[0], fields[1], fields[2], fields[3]
+        out.append(
+            f"{pid} {_comm(pid)!r} state {state} ppid {ppid} pgrp {pgrp} session {session}: "
+            f"{_cmdline(pid)[:200]}"
+        )
+    return "; ".join(out)

@@ -212,12 +212,12 @@ async def run(
         factory = await prompts.build(session, base_url, model)
         state = _Run(workload, session, base_url, model, factory, alive=alive)
         await _warmup(state)
-        await _settle(state, settle, progress)
-        state.t0 = time.perf_counter()
         stop = asyncio.Event()
         reporter = asyncio.create_task(_report(state, stop, progress, progress_every_s))
         passes: list[PassRecord] = []
         try:
+            await _settle(state, settle, progress)  # progress goes on through it
+            state.t0 = time.perf_counter()
             sampler = scrape.GaugeSampler(base_url, state.t0, gauges_every_s or GAUGES_EVERY_S)
             with contextlib.ExitStack() as stack:
                 if gauges_every_s is not None:

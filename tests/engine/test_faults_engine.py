@@ -23,6 +23,7 @@ import time
 import pytest
 
 from tests.real_engine import (
+    describe,
     engine_core,
     pytest_child,
     read_until,
@@ -180,5 +181,6 @@ def test_sigint_during_boot_ends_the_run_with_nothing_left(perf_project, no_orph
         time.monotonic() < deadline
     ):
         time.sleep(1)
-    assert tagged_processes(no_orphans) == []
-    assert session_members(sessions) == []
+    left = tagged_processes(no_orphans)
+    assert left == [], describe(left) + "\n" + text[-3000:]
+    assert session_members(sessions) == [], describe(session_members(sessions))

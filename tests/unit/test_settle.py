@@ -41,8 +41,6 @@ def test_a_settle_pass_is_sent_at_load_and_not_measured(fake_vllm):
     sent = [_prompt(b) for b in fake_vllm.requests]
     settle_prompts = set(sent[warmups : warmups + settled])
     assert not settle_prompts & set(sent[warmups + settled :])
-    # the measured passes' clock starts after it
-    assert recording.passes[0].start_s < LOAD.duration_s
 
 
 def test_no_settle_pass_by_default_in_the_runner(fake_vllm):
