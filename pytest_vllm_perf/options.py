@@ -56,14 +56,18 @@ def repeat_count(value: str, source: str) -> int:
     raise pytest.UsageError(message)
 
 
-def settle_count(value: str, source: str) -> int:
-    """A number of unmeasured passes: a whole number >= 0."""
+def settle_count(value: str, source: str) -> int | None:
+    """A number of unmeasured passes: a whole number >= 0, or ``auto`` (None)."""
+    if value == "auto":
+        return None
     try:
         count = int(value)
     except ValueError:
         count = -1
     if count < 0:
-        raise pytest.UsageError(f"{source}: expected a whole number of passes >= 0, got {value!r}")
+        raise pytest.UsageError(
+            f"{source}: expected auto or a whole number of passes >= 0, got {value!r}"
+        )
     return count
 
 
@@ -217,9 +221,10 @@ OPTIONS: Final = (
         "--vllm-settle-passes",
         "vllm_settle_passes",
         settle_count,
-        "1",
+        "auto",
         "unmeasured passes at full load before each test's first measured pass on a server "
-        "(each A/B side): the first pass after a boot ran slower",
+        "(each A/B side); auto: 1 on a GPU, where the first pass after a boot ran slower, "
+        "0 on the CPU engine",
     ),
     Option(
         "--vllm-ab-max-pairs",
@@ -358,7 +363,7 @@ class Settings:
     markdown_path: Path | None
     plots_dir: Path | None
     repeat: int
-    settle_passes: int = 1
+    settle_passes: int | None = None  # None: auto (``settle_for``)
     save_mode: SaveMode = SaveMode.COMPARE
     require_baseline: bool = False
     tolerances: Mapping[str, float] = field(default_factory=dict)
@@ -376,6 +381,16 @@ class Settings:
     def ab_alpha(self) -> float:
         """One A/B test's false-alarm rate: 1%, or its share of the run's budget."""
         return min(DEFAULT_ALPHA, self.ab_run_alpha / max(1, self.ab_tests))
+
+    def settle_for(self, platform: str) -> int:
+        """The settle passes on ``platform``: as given, or auto's 1 on a GPU, 0 on the CPU.
+
+        On the H200 the first pass after the boots read ITL p50 2.5-4% slower than the
+        server's later passes in each planted A/B run (bench/results/h200/plant/*/ab.json);
+        on the CPU engine no such effect was measured, and a pass there costs CI seconds."""
+        if self.settle_passes is not None:
+            return self.settle_passes
+        return 0 if platform == "cpu" else 1
 
     @property
     def ab(self) -> bool:

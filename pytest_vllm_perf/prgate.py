@@ -40,7 +40,26 @@ from pytest_vllm_perf.config import profiles, revision
 from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import ProfileError
 
-__all__ = ["STORED_MODES", "Step", "changed_profiles", "figures", "gpu_count", "main", "summary"]
+__all__ = [
+    "STORED_MODES",
+    "Step",
+    "changed_profiles",
+    "figures",
+    "gpu_count",
+    "main",
+    "summary",
+    "verdict",
+]
+
+# what pytest's exit statuses mean to a gate (pytest.ExitCode)
+_STATUS: Final = {
+    0: "passed",
+    1: "a perf test failed",
+    2: "interrupted",
+    3: "internal error",
+    4: "usage error or a baseline that cannot gate",
+    5: "no tests collected",
+}
 
 STORED_MODES: Final = {
     "require": "--vllm-require-baseline",
@@ -99,12 +118,47 @@ def _run(name: str, argv: list[str], out: Path) -> Step:
     return Step(name, tuple(argv), status, wall, text)
 
 
+def verdict(steps: Sequence[Step]) -> str:
+    """The gate's one-line outcome: PASS or FAIL, each step's status in words, and the
+    gated metrics that regressed (from the steps' reports), so that the last line of a
+    failed gate is not pytest's "1 passed" of its last step."""
+    ran = [s for s in steps if s.status is not None]
+    failed = [s for s in ran if s.status]
+    parts = [f"{s.name} {_STATUS.get(s.status or 0, f'exit {s.status}')}" for s in ran]
+    parts += [f"{s.name} skipped ({s.note})" for s in steps if s.status is None]
+    regressed = [
+        line.strip()
+        for s in failed
+        for line in s.report_md.splitlines()
+        if line.rstrip().endswith(") regressed") and "::" in line
+    ]
+    head = "FAIL" if failed else "PASS"
+    if not ran:
+        parts.append("nothing ran")
+    text = f"{head}: {'; '.join(parts)}"
+    if regressed:
+        shown = [_metric_and_ratio(r) for r in regressed[:4]]
+        more = f" and {len(regressed) - 4} more" if len(regressed) > 4 else ""
+        text += f"; regressed: {', '.join(shown)}{more}"
+    return text
+
+
+def _metric_and_ratio(line: str) -> str:
+    """``itl_p50_ms x1.051`` of ``TEST [PROFILE] itl_p50_ms: a -> b (x1.051, ...``."""
+    rest = line.split("] ", 1)[-1]
+    metric = rest.split(":", 1)[0]
+    ratio = rest.split(" (", 1)[-1].split(",", 1)[0] if " (" in rest else ""
+    return f"{metric} {ratio}".strip()
+
+
 def summary(steps: Sequence[Step], gpus: int, base: str) -> str:
-    """The job summary: verdict tables, exit statuses, wall and GPU minutes."""
+    """The job summary: the verdict, tables, exit statuses, wall and GPU minutes."""
     wall = sum(s.wall_s for s in steps)
     gpu = f"{wall * gpus / 60:.1f} GPU minutes ({gpus} GPU)" if gpus else "no GPU (CPU engine)"
     lines = [
         f"# vLLM perf gate against `{base}`",
+        "",
+        f"**{verdict(steps)}**",
         "",
         f"Total: {wall / 60:.1f} min wall, {gpu}.",
         "",
@@ -186,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     if path := os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(text)
+    print(f"[prgate] {verdict(steps)}", flush=True)
     return next((s.status for s in steps if s.status), 0)
 
 

@@ -224,6 +224,8 @@ async def run(
                     stack.enter_context(sampler)
                 stack.enter_context(_frozen_gc())
                 for i in range(first_index, first_index + repeat):
+                    if state.dead:  # died in the settle pass: measure() reports it
+                        break
                     state.label = f" pass {i + 1}/{repeat}" if repeat > 1 else ""
                     passes.append(await _pass(state, i))
                     if state.dead:
@@ -346,6 +348,8 @@ async def _warmup(state: _Run) -> None:
 async def _settle(state: _Run, passes: int, progress: Progress | None) -> None:
     """Run ``passes`` unmeasured passes at full load (``run``'s ``settle``)."""
     for j in range(passes):
+        if state.dead:
+            break
         state.label = " settling"
         record = await _pass(state, -1 - j)
         if progress is not None:
@@ -354,8 +358,6 @@ async def _settle(state: _Run, passes: int, progress: Progress | None) -> None:
                 f"{state.workload.name}: settle pass {j + 1}/{passes} thrown away "
                 f"({len(record.ramp_records) + len(record.records)} requests, {failed} failed)"
             )
-        if state.dead:
-            return
     state.label = ""
 
 

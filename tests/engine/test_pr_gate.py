@@ -117,6 +117,8 @@ def test_pull_request_gate_fails_a_worse_commit(tmp_path):
     # collection before any boot
     ab, stored = record["steps"]
     assert (ab["status"], stored["status"]) == (1, 4), record
+    # one last line says it failed, and why, in words
+    assert "[prgate] FAIL: ab a perf test failed; stored usage error or a baseline" in text, text
     stored_out = text.split("[prgate] stored:")[1]
     assert "booting vLLM" not in stored_out.split("[prgate] stored: exit")[0], stored_out
     assert "--vllm-require-baseline (no baseline): no baseline at" in text, text

@@ -13,7 +13,7 @@ BAD = [
         "expected one of tiny, small, llama-8b, llama-70b, got 'nosuch'",
     ),
     ("--vllm-repeat=0", "expected a whole number of passes >= 1, got '0'"),
-    ("--vllm-settle-passes=-1", "expected a whole number of passes >= 0, got '-1'"),
+    ("--vllm-settle-passes=-1", "expected auto or a whole number of passes >= 0, got '-1'"),
     ("--vllm-platform=tpu", "expected one of auto, cpu, cuda, got 'tpu'"),
     ("--vllm-url=localhost:8000", "expected an http:// or https:// URL, got 'localhost:8000'"),
 ]

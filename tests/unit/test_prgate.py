@@ -3,6 +3,8 @@ the GPUs a job claims, and the summary (the engine test runs the whole script)."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pytest_vllm_perf import prgate
 from tests.scratch_git import git
 
@@ -45,4 +47,24 @@ def test_gpu_minutes_count_the_visible_gpus():
     skipped = [prgate.Step("ab", (), None, 0.0, "", "no profile changed since main")]
     assert "| ab | skipped | 0.0 | no profile changed since main |" in prgate.summary(
         skipped, 0, "main"
+    )
+
+
+def test_the_gate_ends_with_one_pass_or_fail_line_naming_what_regressed():
+    """prgate's last line was pytest's "1 passed" of its last step and the summary had no
+    overall verdict. Broken on purpose (PASS whatever the statuses), the first check fails."""
+    report = (Path(__file__).parents[2] / "bench/results/h200/plant/l34/ab.md").read_text()
+    ab = prgate.Step("ab", ("python", "-m", "pytest"), 1, 60.0, report)
+    stored = prgate.Step("stored", ("python", "-m", "pytest"), 0, 30.0, "")
+    line = prgate.verdict([ab, stored])
+    assert line.startswith("FAIL: ab a perf test failed; stored passed"), line
+    assert line.endswith("regressed: itl_p50_ms x1.051"), line  # TPOT, thr: inconclusive
+    assert "**FAIL: ab a perf test failed" in prgate.summary([ab, stored], 0, "HEAD~1")
+    skipped = prgate.Step("ab", (), None, 0.0, "", "no profile changed since HEAD~1")
+    assert prgate.verdict([skipped, stored]) == (
+        "PASS: stored passed; ab skipped (no profile changed since HEAD~1)"
+    )
+    cannot = prgate.Step("stored", ("python",), 4, 1.0, "")
+    assert prgate.verdict([skipped, cannot]).startswith(
+        "FAIL: stored usage error or a baseline that cannot gate"
     )

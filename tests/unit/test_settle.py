@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.load import runner
@@ -47,3 +48,18 @@ def test_no_settle_pass_by_default_in_the_runner(fake_vllm):
     said: list[str] = []
     asyncio.run(runner.run(LOAD, fake_vllm.url, "fake-model", said.append, repeat=1))
     assert not [m for m in said if "settle" in m]
+
+
+def test_a_server_that_dies_in_the_settle_pass_ends_the_run(fake_vllm):
+    """The dead server's run ends at once, no measured pass begun. Broken on purpose
+    (the measured passes not checking ``dead``), each pass set its deadline again and
+    failed requests for its whole 30 s: the engine tier's killed-engine-core test timed
+    out on it."""
+    fake_vllm.fail_every = 1
+    long = Workload("s", LOAD.classes, duration_s=30, warmup_requests=0)
+    started = time.monotonic()
+    recording = asyncio.run(
+        runner.run(long, fake_vllm.url, "fake-model", repeat=2, settle=1, alive=lambda: False)
+    )
+    assert recording.passes == ()
+    assert time.monotonic() - started < 25  # not a 30 s pass
