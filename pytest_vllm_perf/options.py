@@ -449,6 +449,10 @@ class Settings:
             ab_run_alpha=values["vllm_ab_run_alpha"],
             **_ab_side(values["vllm_ab"]),
         )
+        raw_dir, dir_source = _raw(config, "vllm_profiles_dir")
+        named = config.getoption("vllm_profiles_dir") is not None or raw_dir != "profiles"
+        if named and not settings.profiles_dir.is_dir():  # a typo is not "no profiles"
+            raise pytest.UsageError(f"{dir_source}: no such folder {settings.profiles_dir}")
         if values["vllm_ab_rev"] is not None:
             if settings.ab_base is not None:
                 raise pytest.UsageError("--vllm-ab and --vllm-ab-rev exclude each other")
@@ -466,7 +470,10 @@ class Settings:
                     "drop --vllm-save-baseline / --vllm-add-boot"
                 )
             if settings.ab_base is not None:
-                settings.load_profile(settings.ab_base)
+                try:
+                    read_profile(settings.ab_base, settings.profiles_dir)
+                except ProfileError as exc:  # say which option named it
+                    raise pytest.UsageError(f"--vllm-ab: {exc}") from None
             else:
                 for name in settings.profiles:
                     settings.base_profile(name)  # fail before anything boots

@@ -286,12 +286,14 @@ class GateResult:
         return [v for v in self.verdicts if v.gated and v.verdict is Verdict.REGRESSED]
 
     def summary(self) -> str:
-        """One word per outcome for tables: the worst gated verdict, or the status."""
+        """One word per outcome for tables: the worst gated verdict, or the status;
+        ``inconclusive`` when nothing was gated (nothing was decided, as
+        ``bisect.step_verdict`` has it), not ``unchanged``."""
         if self.status not in (GateStatus.COMPARED, GateStatus.AB):
             return str(self.status)
         order = (Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.IMPROVED, Verdict.UNCHANGED)
         found = {v.verdict for v in self.verdicts if v.gated}
-        return str(next((v for v in order if v in found), Verdict.UNCHANGED))
+        return str(next((v for v in order if v in found), Verdict.INCONCLUSIVE))
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,7 @@ def test_sequential_ab_runs_the_sides_in_blocks_and_says_so(project, fake_vllm, 
 def test_ab_mode_usage_errors(project, fake_vllm, monkeypatch):
     result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab=nosuch")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*unknown vLLM profile 'nosuch'*"])
+    result.stderr.fnmatch_lines(["*--vllm-ab: unknown vLLM profile 'nosuch'*"])  # names the option
     result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab=default", "--vllm-save-baseline")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--vllm-ab compares two live sides and stores nothing*"])

@@ -28,6 +28,17 @@ def test_bad_option_is_a_one_line_usage_error(pytester, arg, message):
     assert errors == [f"ERROR: {arg.split('=')[0]}: {message}"]
 
 
+def test_a_mistyped_profiles_folder_is_an_error_not_no_profiles(pytester):
+    """It was silent (exit 0) when only shipped profiles were used. The default folder
+    may be missing (a project without profiles of its own), a named one may not."""
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("--vllm-profiles-dir=profilez")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.strip()]
+    assert errors == [f"ERROR: --vllm-profiles-dir: no such folder {pytester.path / 'profilez'}"]
+    assert pytester.runpytest_subprocess().ret == pytest.ExitCode.OK  # no ./profiles: fine
+
+
 def test_ini_values_are_checked_the_same_way(pytester):
     pytester.makeini("[pytest]\nvllm_boot_timeout = -3\n")
     result = pytester.runpytest_subprocess()

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from pathlib import Path
 
+from pytest_vllm_perf import bisect
 from pytest_vllm_perf import measure as measure_module
 from pytest_vllm_perf.core.records import (
     Environment,
+    GateResult,
     GateStatus,
+    MetricVerdict,
+    Outcome,
     PassRecord,
     Provenance,
     RequestRecord,
@@ -291,3 +296,15 @@ def test_looks_go_on_after_a_regression_and_the_regression_stays(monkeypatch):
 class FakeHandle:
     profile: str
     provenance: Provenance
+
+
+def test_a_gate_that_gated_nothing_is_inconclusive_in_tables_as_in_bisect():
+    """The table said ``unchanged`` where bisect's step said ``inconclusive``: nothing was
+    decided. Broken on purpose (the old default), the first check fails."""
+    reported = MetricVerdict("itl_p99_ms", 1.0, 1.0, 1.0, 0.9, 1.1, 0.15, Verdict.UNCHANGED,
+                             gated=False)  # fmt: skip
+    result = GateResult(GateStatus.AB, Path("base"), (reported,))
+    assert result.summary() == "inconclusive"
+    base = recorded(1.0, SCHEDULE, 1)
+    outcome = Outcome("t", provenance("p", {}), base, (), result)
+    assert bisect.step_verdict(outcome) == result.summary()

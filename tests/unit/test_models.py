@@ -3,8 +3,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
-import time
 from pathlib import Path
 
 import pytest
@@ -92,32 +90,27 @@ def test_presets_tokenizer_is_byte_level_bpe_of_llama_3_size(llama_8b):
     assert models.LLAMA_70B.config()["num_hidden_layers"] == 80
 
 
-def test_bpe_costs_more_to_tokenize_than_word_level(llama_8b, tmp_path):
-    """A 2000-token text through each, timed as a ratio (bench/tokenizer_cost.py has the figures).
-
-    Interleaved calls and the fastest of many, so that a busy machine slows both
-    alike and a stall drops out; only the direction is asserted.
-    """
-    from transformers import AutoTokenizer
-
-    bpe = AutoTokenizer.from_pretrained(str(llama_8b))
-    word = AutoTokenizer.from_pretrained(str(models.build(models.TINY, tmp_path)))
-    pool, rng = models.words(2000), random.Random(0)
-    word_text = " ".join(rng.choices(pool, k=2000))
-    per_word = len(bpe.encode(" ".join(pool), add_special_tokens=False)) / len(pool)
-    bpe_text = " ".join(rng.choices(pool, k=round(2000 / per_word)))
-    assert len(word.encode(word_text, add_special_tokens=False)) == 2000
-    assert abs(len(bpe.encode(bpe_text, add_special_tokens=False)) - 2000) < 100
-    best = {"bpe": float("inf"), "word": float("inf")}
-    for _ in range(40):
-        for name, tok, text in (("bpe", bpe, bpe_text), ("word", word, word_text)):
-            start = time.perf_counter()
-            tok.encode(text, add_special_tokens=False)
-            best[name] = min(best[name], time.perf_counter() - start)
-    ratio = best["bpe"] / best["word"]
-    print(f"2000 tokens: BPE {best['bpe'] * 1e3:.2f} ms, word-level "
-          f"{best['word'] * 1e3:.2f} ms, x{ratio:.2f}")  # fmt: skip
-    assert ratio > 1.0
+def test_the_bpe_preset_merges_bytes_where_word_level_looks_words_up(llama_8b, tmp_path):
+    """Why the BPE presets cost more to tokenize: a regex split, byte-level pieces and a
+    merge table walked per word, against one dictionary lookup a word. The cost
+    itself is a benchmark (bench/tokenizer_cost.py, x1.33 on one 2-core VM), not a
+    test: timed here, it read x0.986 on a fresh-clone CI run on another machine.
+    Broken on purpose (the 8B preset given ``tokenizer="word"``), every check fails."""
+    bpe = json.loads((llama_8b / "tokenizer.json").read_text())
+    tiny = models.build(models.TINY, tmp_path)
+    word = json.loads((tiny / "tokenizer.json").read_text())
+    assert bpe["model"]["type"] == "BPE" and len(bpe["model"]["merges"]) > 100_000
+    # Llama 3's pre-tokenizer: a regex split, then every piece to bytes
+    steps = [step["type"] for step in bpe["pre_tokenizer"]["pretokenizers"]]
+    assert steps == ["Split", "ByteLevel"]
+    assert word["model"]["type"] == "WordLevel" and "merges" not in word["model"]
+    pool = models.words(2000)
+    bpe_tok = tokenizers.Tokenizer.from_file(str(llama_8b / "tokenizer.json"))
+    word_tok = tokenizers.Tokenizer.from_file(str(tiny / "tokenizer.json"))
+    text = " ".join(pool)
+    assert len(word_tok.encode(text, add_special_tokens=False).ids) == len(pool)
+    # several merges' worth of pieces a word on average (1.41 a word when measured)
+    assert len(bpe_tok.encode(text, add_special_tokens=False).ids) > 1.2 * len(pool)
 
 
 def test_a_builder_that_loses_the_race_or_fails_leaves_no_staging_folder(tmp_path, monkeypatch):
