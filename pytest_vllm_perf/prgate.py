@@ -18,7 +18,7 @@ pytest session of the suite, and writes a summary:
 
 The summary (``OUT/summary.md``, appended to ``$GITHUB_STEP_SUMMARY`` when set) has
 each step's verdict table, exit status and wall minutes, and the GPU minutes: wall
-time times the GPUs the job may use (``CUDA_VISIBLE_DEVICES``). ``OUT/gate.json``
+time times the GPUs the job may use (nvidia-smi's, as ``CUDA_VISIBLE_DEVICES`` masks them). ``OUT/gate.json``
 holds the same figures. The exit status is the first failing step's pytest status
 (1: a test failed, 4: a baseline cannot gate), else 0.
 """
@@ -39,6 +39,7 @@ from typing import Final
 from pytest_vllm_perf.config import profiles, revision
 from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import ProfileError
+from pytest_vllm_perf.serving import hardware
 
 __all__ = [
     "STORED_MODES",
@@ -98,11 +99,16 @@ def changed_profiles(base: str, profiles_dir: Path) -> list[str]:
     return changed
 
 
-def gpu_count(environ: dict[str, str] | os._Environ[str] = os.environ) -> int:
-    """GPUs this job may use: ``CUDA_VISIBLE_DEVICES``'s entries (0 when unset: no GPU
-    is claimed, as on the CPU engine; a GPU runner must set it)."""
-    visible = environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    return len([d for d in visible.split(",") if d.strip()]) if visible else 0
+def gpu_count(
+    environ: dict[str, str] | os._Environ[str] = os.environ,
+    listed: Sequence[tuple[str, str]] | None = None,
+) -> int:
+    """GPUs this job may use: those nvidia-smi lists (``listed``: index, name) that
+    ``CUDA_VISIBLE_DEVICES`` keeps, every one when it is unset; 0 without a driver
+    (the CPU engine). Reading only the variable said "no GPU" on an H200 where it
+    was unset."""
+    gpus = hardware.all_gpus() if listed is None else listed
+    return len(hardware.visible(gpus, environ.get("CUDA_VISIBLE_DEVICES")))
 
 
 def _run(name: str, argv: list[str], out: Path) -> Step:

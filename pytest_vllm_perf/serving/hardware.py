@@ -21,6 +21,7 @@ from pytest_vllm_perf.core.errors import ServerError
 from pytest_vllm_perf.core.records import Environment, Platform
 
 __all__ = [
+    "all_gpus",
     "detect_platform",
     "device_env",
     "environment",
@@ -45,7 +46,7 @@ def gpu_names() -> tuple[str, ...]:
     nvidia-smi lists every GPU of the host, so ``CUDA_VISIBLE_DEVICES`` (indices)
     picks among them: one of two H200s is the ``1x NVIDIA H200`` class.
     """
-    return visible(_all_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return visible(all_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def visible(gpus: Sequence[tuple[str, str]], mask: str | None) -> tuple[str, ...]:
@@ -61,7 +62,8 @@ def visible(gpus: Sequence[tuple[str, str]], mask: str | None) -> tuple[str, ...
 
 
 @cache
-def _all_gpus() -> tuple[tuple[str, str], ...]:
+def all_gpus() -> tuple[tuple[str, str], ...]:
+    """Every GPU of the host, as nvidia-smi lists them (index, name); empty without it."""
     smi = shutil.which("nvidia-smi")
     if not smi:
         return ()
