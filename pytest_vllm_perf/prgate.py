@@ -19,8 +19,8 @@ pytest session of the suite, and writes a summary:
 The summary (``OUT/summary.md``, appended to ``$GITHUB_STEP_SUMMARY`` when set) has
 each step's verdict table, exit status and wall minutes, and the GPU minutes: wall
 time times the GPUs the job may use (nvidia-smi's, as ``CUDA_VISIBLE_DEVICES`` masks
-them). ``OUT/gate.json`` holds the same figures. The exit status is the first failing step's pytest status
-(1: a test failed, 4: a baseline cannot gate), else 0.
+them). ``OUT/gate.json`` holds the same figures. The exit status is the first failing
+step's pytest status (1: a test failed, 4: a baseline cannot gate), else 0.
 """
 
 from __future__ import annotations
