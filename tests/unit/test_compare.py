@@ -98,13 +98,18 @@ def test_holm_makes_a_test_of_many_metrics_as_strict_as_one():
 def test_boots_widen_the_interval_by_their_drift():
     """A current boot 12% off is inside what two baseline boots 15% apart already show."""
     one_boot = verdicts([side([1.0] * 6, 0)], side([1.12] * 6, 100), keys=("itl_p50_ms",))
-    two_boots = verdicts(
-        [side([1.0] * 6, 0), side([1.15] * 6, 50)], side([1.12] * 6, 100), keys=("itl_p50_ms",)
-    )
+    base = [side([1.0] * 6, 0), side([1.15] * 6, 50)]
+    two_boots = verdicts(base, side([1.12] * 6, 100), keys=("itl_p50_ms",))
     a, b = one_boot["itl_p50_ms"], two_boots["itl_p50_ms"]
     assert a.low > 1  # one boot: the 12% is significant
     assert b.low < 1 < b.high and b.high - b.low > a.high - a.low
-    assert "2 baseline boots, drift allowance x1.2" in b.basis
+    # the prediction interval of a third boot: t with 1 degree of freedom (12.706),
+    # times sqrt(1 + 1/2), times the sd of the two boot medians (half their gap times
+    # sqrt(2)); 1.96 in place of t gave x1.2 here
+    medians = [float(np.median(np.log(b.values("itl_p50_ms")))) for b in base]
+    sd = abs(medians[1] - medians[0]) / math.sqrt(2)
+    allowance = math.exp(12.706 * math.sqrt(1.5) * sd)
+    assert f"2 baseline boots, drift allowance x{allowance:.2f}" in b.basis
     assert b.verdict is not Verdict.REGRESSED
 
 

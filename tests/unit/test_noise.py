@@ -57,7 +57,13 @@ def test_the_verdict_keeps_its_false_alarm_rate_under_the_model(mode):
     family-wise level), and most gated metrics come out unchanged. Seen failing: with
     the significance test dropped from classify, the noisy case raised 26 and 9 of 150."""
     trials = 150
-    oc = noise.operating_characteristic(H200_LIKE, TOLERANCES, (1.0,), mode, trials=trials)
+    # 4 stored boots: with 2 the drift allowance is 15.6 sd of two boot medians (a 95%
+    # prediction interval on one degree of freedom), wider than ITL p50's 5% tolerance
+    # more often than not, so an unchanged stored run of 2 boots is mostly inconclusive
+    boots = 4
+    oc = noise.operating_characteristic(
+        H200_LIKE, TOLERANCES, (1.0,), mode, baseline_boots=boots, trials=trials
+    )
     assert oc["any regressed"][1.0]["True"] / trials <= 0.05
     assert oc["itl_p50_ms"][1.0]["unchanged"] / trials >= 0.8
     noisy = noise.operating_characteristic(NOISY, TOLERANCES, (1.0,), mode, trials=trials)

@@ -15,7 +15,7 @@ from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.records import PassRecord, RequestRecord, Verdict
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.load import runner, scrape
-from pytest_vllm_perf.verdict import compare, stats
+from pytest_vllm_perf.verdict import compare, sequential, stats
 
 MIXED = Workload(
     "mixed", (RequestClass("chat", 8, 40, users=4), RequestClass("long", 64, 8, rate=1))
@@ -237,3 +237,65 @@ def test_10_sporadic_failures_fail_an_a_a_at_most_at_the_tests_level():
     )
     [found] = compare._failed_requests([none], six)
     assert found.verdict is Verdict.REGRESSED and "p=0.0156" in found.basis, found
+
+
+def test_11_the_stored_interval_of_two_boots_covers_the_change_it_prints():
+    """Two baseline boots, each at its own level (boot sd 3%, pass noise 0.5%), and a new
+    boot with a planted x1.105: 1.96 sd of the two boot medians as the drift allowance
+    (one degree of freedom) covered the planted change in 77% of 400 such comparisons
+    with its printed "95% CI". The t quantile covers it at least 95% of the time."""
+    rng = np.random.default_rng(11)
+    planted = 0.1
+
+    def boot(level: float) -> compare.Passes:
+        values = np.exp(level + rng.normal(0, 0.005, 6))
+        return compare.Passes(tuple({"itl_p50_ms": v} for v in values), tuple(range(6)),
+                              (8.0,) * 6)  # fmt: skip
+
+    trials, covered = 400, 0
+    for _ in range(trials):
+        base = [boot(rng.normal(0, 0.03)) for _ in range(2)]
+        [found] = compare.compare(base, boot(planted + rng.normal(0, 0.03)), ("itl_p50_ms",), {})
+        covered += found.low <= math.exp(planted) <= found.high
+    # 95% nominal; 0.93 leaves 2 binomial standard errors of 400 trials
+    assert covered / trials >= 0.93, covered / trials
+
+
+def test_12_half_the_current_passes_bursty_is_no_all_clear():
+    """4 of 8 current passes streamed in bursts against none of the baseline's (Fisher's
+    p=0.038, short of the rule's level): ITL p50 was judged on the other 4 and came out
+    ``unchanged``, in stored and A/B runs alike, whatever the bursty passes held (a
+    starved API server, TTFT x12 there). Now it is ``inconclusive`` with the counts, and
+    an A/B look is undecided, so that more pairs are run."""
+    decode = workloads.named("decode")
+
+    def chat(k: int, gap: float, ttft: float = 0.01) -> PassRecord:
+        return PassRecord(tuple(req("chat", gap, 40, i * 0.1, ttft) for i in range(30)), 4.0,
+                          index=k)  # fmt: skip
+
+    base = passes(decode, [chat(k, 0.003) for k in range(8)])
+    half = passes(
+        decode, [chat(k, 0.00001, ttft=0.12) if k % 2 else chat(k, 0.003) for k in range(8)]
+    )
+    look = sequential.Design().looks()[0]
+    gate = tuple(decode.gate)  # the level of the rule is the test's over its 3 gated metrics
+    for kw in ({}, {"pair": True}, {"look": look}):
+        found = judge(base, half, gate, **kw)["itl_p50_ms"]
+        assert found.verdict is Verdict.INCONCLUSIVE, (kw, found)
+        assert "4 of 8 current passes against 0 of 8 baseline passes" in found.basis
+    # one bursty pass in eight (Fisher p=0.5) is still judged on the other seven
+    one = passes(decode, [chat(k, 0.00001) if k == 3 else chat(k, 0.003) for k in range(8)])
+    assert judge(base, one, gate, look=look)["itl_p50_ms"].verdict is Verdict.UNCHANGED
+
+
+def test_13_a_class_bursty_in_every_pass_fails_the_all_request_metrics_it_left():
+    """mixed: the chat class streamed in bursts in every current pass and in none of the
+    baseline's. The all-request ITL and TPOT, computed over the long prompts only, came
+    out ``unchanged``: another population, not a measurement of the same one."""
+    base = passes(MIXED, [a_pass(k, 0.003, 0.003) for k in range(8)])
+    cur = passes(MIXED, [a_pass(k, 0.00001, 0.003) for k in range(8)])
+    assert all(m["chat.bursty_passes"] == 1 and m["bursty_passes"] == 0 for m in cur.metrics)
+    found = judge(base, cur, ("itl_p99_ms", "tpot_mean_ms"))
+    for key in ("itl_p99_ms", "tpot_mean_ms"):
+        assert found[key].verdict is Verdict.REGRESSED, found[key]
+        assert "8 of 8 current passes against 0 of 8" in found[key].basis
