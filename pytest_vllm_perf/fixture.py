@@ -223,6 +223,7 @@ class PerfFixture:
             ab=self.base_server is not None,
             most=self._settings.ab_max_pairs,
             alpha=self._settings.ab_alpha,
+            stored_alpha=self._settings.stored_alpha,
             settle=self._settings.settle_for(self.server.platform),
         )
         # the test's own keys (a profile's apply to every workload, so they may name

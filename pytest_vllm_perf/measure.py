@@ -37,6 +37,7 @@ from pytest_vllm_perf.load import runner, scrape
 from pytest_vllm_perf.load.runner import GAUGES_EVERY_S
 from pytest_vllm_perf.serving.pool import SPLIT_NOTE, ServerHandle
 from pytest_vllm_perf.verdict import capacity, gate, stats, thresholds
+from pytest_vllm_perf.verdict.compare import STORED_ALPHA
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.sequential import DEFAULT_ALPHA, Design, Look
 
@@ -84,6 +85,9 @@ class Plan:
     gate: Sequence[str] = ()  # metrics gated on top of the workload's own
     most: int = 0  # an A/B run's budget of pairs (``sequential.Design``); 0: ``repeat``
     alpha: float = DEFAULT_ALPHA  # an A/B test's false-alarm rate over all its looks
+    # a stored-baseline test's one-sided false-alarm bound (its comparison's two-sided
+    # level is twice this): 2.5%, or its share of --vllm-stored-run-alpha
+    stored_alpha: float = STORED_ALPHA
     settle: int = 0  # unmeasured passes before a server's first measured one (runner.run)
 
     @classmethod
@@ -100,6 +104,7 @@ class Plan:
         most: int = 0,
         alpha: float = DEFAULT_ALPHA,
         settle: int = 0,
+        stored_alpha: float = STORED_ALPHA,
     ) -> Plan:
         """Layer thresholds and tolerances, and validate every key (ThresholdError);
         ``ab``: an A/B run, whose defaults are tighter (registry.AB_TOLERANCES)."""
@@ -108,7 +113,10 @@ class Plan:
         thresholds.validate(limits)
         validate_tolerances(tol)
         validate_tolerances(dict.fromkeys(gate_extra, 0.0))
-        return cls(test_id, workload, repeat, limits, tol, tuple(gate_extra), most, alpha, settle)
+        return cls(
+            test_id, workload, repeat, limits, tol, tuple(gate_extra), most, alpha,
+            stored_alpha=stored_alpha, settle=settle,
+        )  # fmt: skip
 
 
 def run_sync(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -514,5 +522,6 @@ def run_test(
         gate.gated_metrics(result, plan.gate),
         mode,
         gate_other_release,
+        level=2 * plan.stored_alpha,
     )
     return Outcome(plan.test_id, handle.provenance, result, checks, verdict)

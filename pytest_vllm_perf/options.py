@@ -25,6 +25,7 @@ from pytest_vllm_perf.core.records import ABMode, Platform
 from pytest_vllm_perf.core.registry import validate_tolerances
 from pytest_vllm_perf.core.workload import pass_count
 from pytest_vllm_perf.serving.models import PRESETS
+from pytest_vllm_perf.verdict.compare import STORED_ALPHA
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.sequential import DEFAULT_ALPHA
 
@@ -242,6 +243,15 @@ OPTIONS: Final = (
         "A/B: the false-alarm budget of the whole run, split over its A/B tests: each may "
         "falsely regress with probability at most min(0.01, this / the A/B tests selected)",
     ),
+    Option(
+        "--vllm-stored-run-alpha",
+        "vllm_stored_run_alpha",
+        probability,
+        "0.05",
+        "stored baselines: the false-alarm budget of the whole run, split over its tests "
+        "judged against stored baselines: each may falsely regress with probability at "
+        "most min(0.025, this / those tests)",
+    ),
 )
 FLAGS: Final = (
     (
@@ -376,11 +386,19 @@ class Settings:
     ab_max_pairs: int = 16
     ab_run_alpha: float = 0.05
     ab_tests: int = 0  # the A/B tests selected (set at collection): they share ab_run_alpha
+    stored_run_alpha: float = 0.05
+    stored_tests: int = 0  # the other perf tests selected (set at collection)
 
     @property
     def ab_alpha(self) -> float:
         """One A/B test's false-alarm rate: 1%, or its share of the run's budget."""
         return min(DEFAULT_ALPHA, self.ab_run_alpha / max(1, self.ab_tests))
+
+    @property
+    def stored_alpha(self) -> float:
+        """One stored-baseline test's false-alarm rate (one-sided): 2.5%, one side of the
+        two-sided 5% of ``compare``, or its share of the run's budget."""
+        return min(STORED_ALPHA, self.stored_run_alpha / max(1, self.stored_tests))
 
     def settle_for(self, platform: str) -> int:
         """The settle passes on ``platform``: as given, or auto's 1 on a GPU, 0 on the CPU.
@@ -447,6 +465,7 @@ class Settings:
             ab_mode=values["vllm_ab_mode"],
             ab_max_pairs=values["vllm_ab_max_pairs"],
             ab_run_alpha=values["vllm_ab_run_alpha"],
+            stored_run_alpha=values["vllm_stored_run_alpha"],
             **_ab_side(values["vllm_ab"]),
         )
         raw_dir, dir_source = _raw(config, "vllm_profiles_dir")

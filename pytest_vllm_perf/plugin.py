@@ -133,8 +133,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         problems += stored_baselines(item, settings)
     if problems:
         raise pytest.UsageError("\n".join(problems))
-    if settings.ab:  # the A/B tests share the run's false-alarm budget
-        config.stash[SETTINGS] = dataclasses.replace(settings, ab_tests=_ab_tests(items))
+    # the A/B tests share the run's A/B false-alarm budget, the others the stored one
+    ab_tests = _ab_tests(items) if settings.ab else 0
+    stored_tests = _perf_tests(items) - ab_tests
+    config.stash[SETTINGS] = dataclasses.replace(
+        settings, ab_tests=ab_tests, stored_tests=stored_tests
+    )
     order = {name: i for i, name in enumerate(settings.profiles)}
 
     def key(item: pytest.Item) -> tuple[int, str]:
@@ -144,6 +148,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return (order.get(name, len(order)), name)
 
     items.sort(key=key)
+
+
+def _perf_tests(items: list[pytest.Item]) -> int:
+    """The perf tests selected (those using the ``vllm_perf`` fixture)."""
+    return sum("vllm_perf" in getattr(item, "fixturenames", ()) for item in items)
 
 
 def _ab_tests(items: list[pytest.Item]) -> int:

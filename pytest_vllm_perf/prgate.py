@@ -16,6 +16,10 @@ pytest session of the suite, and writes a summary:
    ``--stored-mode=add-boot`` adds this run to the baselines as one more boot (the
    workflow's dispatch), ``save`` replaces them; ``--no-ab`` skips step 1.
 
+The steps share one false-alarm budget, ``--run-alpha`` (5%), split evenly over the
+steps that run (``--vllm-ab-run-alpha`` and ``--vllm-stored-run-alpha`` of each
+session), so a pull request that changes nothing fails at most that often.
+
 The summary (``OUT/summary.md``, appended to ``$GITHUB_STEP_SUMMARY`` when set) has
 each step's verdict table, exit status and wall minutes, and the GPU minutes: wall
 time times the GPUs the job may use (nvidia-smi's, as ``CUDA_VISIBLE_DEVICES`` masks
@@ -111,6 +115,17 @@ def gpu_count(
     return len(hardware.visible(gpus, environ.get("CUDA_VISIBLE_DEVICES")))
 
 
+def _rate(value: str) -> float:
+    """An error rate for argparse: a number strictly between 0 and 1."""
+    try:
+        found = float(value)
+    except ValueError:
+        found = -1.0
+    if not 0 < found < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an error rate between 0 and 1")
+    return found
+
+
 def _run(name: str, argv: list[str], out: Path) -> Step:
     report = out / f"{name}.md"
     started = time.monotonic()
@@ -203,6 +218,13 @@ def main(argv: list[str] | None = None) -> int:
         help="require: gate on the stored baselines; add-boot, save: write them",
     )
     parser.add_argument("--no-ab", action="store_true", help="skip the A/B step")
+    parser.add_argument(
+        "--run-alpha",
+        default=0.05,
+        type=_rate,
+        help="the false-alarm budget of the whole gate, split evenly over the steps that "
+        "run (--vllm-ab-run-alpha, --vllm-stored-run-alpha; one given after -- wins)",
+    )
     parser.add_argument("--profiles-dir", default=Path("profiles"), type=Path)
     parser.add_argument("--out", default=Path("out"), type=Path, help="reports and summary")
     parser.epilog = "Everything after -- is passed to both pytest sessions."
@@ -221,7 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     except ProfileError as exc:
         print(f"prgate: {exc}", file=sys.stderr)
         return 2
-    pytest = [sys.executable, "-m", "pytest", args.suite, "-rA", *args.pytest_args]
+    # each step that runs spends its share of the gate's budget: a true A/A pull request
+    # fails at most run_alpha of the time over both steps together (a union bound)
+    share = args.run_alpha / max(1, bool(changed) + bool(args.stored))
+    head = [sys.executable, "-m", "pytest", args.suite, "-rA"]
 
     def reports(name: str) -> list[str]:
         out = args.out
@@ -229,14 +254,16 @@ def main(argv: list[str] | None = None) -> int:
 
     steps = []
     if changed:
-        ab = [*pytest, f"--vllm-profile={','.join(changed)}", f"--vllm-ab-rev={args.base}"]
+        ab = [*head, f"--vllm-ab-run-alpha={share:g}", *args.pytest_args]
+        ab += [f"--vllm-profile={','.join(changed)}", f"--vllm-ab-rev={args.base}"]
         steps.append(_run("ab", [*ab, *reports("ab")], args.out))
     else:
         why = "--no-ab" if args.no_ab else f"no profile changed since {args.base}"
         steps.append(Step("ab", (), None, 0.0, "", why))
     if args.stored:
         mode = STORED_MODES[args.stored_mode]
-        stored = [*pytest, f"--vllm-profile={args.stored}", mode]
+        stored = [*head, f"--vllm-stored-run-alpha={share:g}", *args.pytest_args]
+        stored += [f"--vllm-profile={args.stored}", mode]
         steps.append(_run("stored", [*stored, *reports("stored")], args.out))
     gpus = gpu_count()
     text = summary(steps, gpus, args.base)

@@ -62,6 +62,7 @@ from pytest_vllm_perf.verdict import intervals, sequential, stats
 __all__ = [
     "MIN_PAIRS",
     "RULE_SHARE",
+    "STORED_ALPHA",
     "Passes",
     "classify",
     "compare",
@@ -85,6 +86,8 @@ def min_pairs(gated: int) -> int:
 
 
 ALPHA: Final = 1 - intervals.CONFIDENCE
+# a stored-baseline test's one-sided bound on a false ``regressed``: one side of ALPHA
+STORED_ALPHA: Final = ALPHA / 2
 
 
 @dataclass(frozen=True)
@@ -120,10 +123,16 @@ class Passes:
 
 
 def classify(
-    ratio: float, low: float, high: float, p: float, tolerance: float, higher_is_better: bool
+    ratio: float,
+    low: float,
+    high: float,
+    p: float,
+    tolerance: float,
+    higher_is_better: bool,
+    alpha: float = ALPHA,
 ) -> Verdict:
-    """Regressed (or improved) when ``p``, the p-value of "no change beyond the
-    tolerance", is significant; unchanged when the interval lies within tolerance."""
+    """Regressed (or improved) when ``p``, the two-sided p-value of "no change beyond
+    the tolerance", is below ``alpha``; unchanged when the interval lies within tolerance."""
     if any(math.isnan(x) for x in (ratio, low, high)):
         return Verdict.INCONCLUSIVE
     if higher_is_better:
@@ -132,7 +141,7 @@ def classify(
             1 / high if high else math.inf,
             1 / low if low else math.inf,
         )
-    significant = p < ALPHA
+    significant = p < alpha
     if significant and ratio > 1 + tolerance:
         return Verdict.REGRESSED
     if significant and ratio < 1 / (1 + tolerance):
@@ -528,8 +537,12 @@ def compare(
     pair: bool = False,
     seed: int = 0,
     look: sequential.Look | None = None,
+    alpha: float = ALPHA,
 ) -> list[MetricVerdict]:
     """A verdict for each of ``keys``; Holm's correction runs over the ``gated`` ones.
+
+    ``alpha``: the two-sided level of a comparison without a ``look`` (a stored
+    baseline's: the test's share of the run's budget, ``--vllm-stored-run-alpha``).
 
     With a single pass on either side nothing is gated (module docstring). A
     ``failed`` verdict, gated, comes first when the current side failed more
@@ -547,8 +560,8 @@ def compare(
         level = (1 - RULE_SHARE) * look.level
     else:
         pairs = min_pairs(len(gated)) if pair else 0
-        alpha = ALPHA / max(1, len(gated))
-        level = ALPHA
+        level = alpha
+        alpha = level / max(1, len(gated))
     tols = {key: _tolerance(key, tolerances) for key in keys}
     results = {key: _one(key, base, current, pairs, seed, tols[key], alpha, look) for key in keys}
     gated_keys = [k for k in keys if k in gated and not single]
@@ -567,7 +580,7 @@ def compare(
         if r.failed:
             verdict = Verdict.REGRESSED
         elif math.isnan(r.p_unchanged):
-            verdict = classify(r.ratio, r.low, r.high, p_holm, tol, higher)
+            verdict = classify(r.ratio, r.low, r.high, p_holm, tol, higher, level)
         else:
             verdict = _decide(p_holm, improved.get(key, r.p_improved), r.p_unchanged, level)
             if verdict is Verdict.INCONCLUSIVE and r.shift is not None and look is not None:

@@ -82,8 +82,12 @@ def evaluate(
     gated: Sequence[str],
     mode: SaveMode = SaveMode.COMPARE,
     gate_other_release: bool = False,
+    level: float = compare.ALPHA,
 ) -> GateResult:
     """Save the measurement as the baseline, add it as a boot, or compare it with the stored one.
+
+    ``level``: the comparison's two-sided level (twice the test's one-sided
+    false-alarm bound, its share of ``--vllm-stored-run-alpha``).
 
     A baseline measured with another vLLM release is compared and reported, not
     gated, unless ``gate_other_release``: a release's own regression must not be
@@ -118,8 +122,12 @@ def evaluate(
         tolerances,
         gated=gated,
         pair=True,
+        alpha=level,
     )
     note = compare.passes_note(stored.boots, current, gated)
+    if level < compare.ALPHA * (1 - 1e-9):  # say what the run's budget left this test
+        share = f"at level {level:.3g} (two-sided), this test's share of --vllm-stored-run-alpha"
+        note = f"{note}; {share}" if note else share
     env = provenance.environment
     found = _reported_only(stored.environment, env.model, env.vllm_version, gate_other_release)
     if found is not None:

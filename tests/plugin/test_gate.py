@@ -12,6 +12,7 @@ import pytest
 
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.records import Verdict
+from tests.plugin.conftest import PERF_TEST
 
 PASSES = 6  # under the default 8, for speed: 6 vs 6 can be significant over 4 gated (Holm)
 # A regression these tests plant in the fake server: every streamed token 8 times
@@ -241,3 +242,17 @@ def test_add_boot_keeps_earlier_boots_and_the_verdict_says_so(project, fake_vllm
         f"--vllm-url={fake_vllm.url}", "--vllm-save-baseline", "--vllm-add-boot"
     )
     assert both.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_stored_tests_share_the_runs_false_alarm_budget(project, fake_vllm):
+    """Each stored-baseline test was judged at 5% (two-sided) however many ran, so a run of
+    N tests could fail an unchanged server with probability up to 1 - 0.975**N. Each now
+    gets min(2.5%, --vllm-stored-run-alpha / the tests) one-sided, and the note says so.
+    Broken on purpose (no test count at collection), the level stays 0.05 and no note."""
+    project.makepyfile(test_second=PERF_TEST)
+    run(project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=2)
+    out = run(project, fake_vllm, "-s").stdout.str()
+    # 5% over 2 tests: 2.5% each, one-sided, so 0.05 two-sided: no tighter than alone
+    assert "this test's share of --vllm-stored-run-alpha" not in out
+    out = run(project, fake_vllm, "--vllm-stored-run-alpha=0.01", "-s").stdout.str()
+    assert out.count("at level 0.01 (two-sided), this test's share of") == 2, out

@@ -72,3 +72,31 @@ def test_the_gate_ends_with_one_pass_or_fail_line_naming_what_regressed():
     assert prgate.verdict([skipped, cannot]).startswith(
         "FAIL: stored usage error or a baseline that cannot gate"
     )
+
+
+def test_the_gates_steps_share_one_false_alarm_budget(tmp_path, monkeypatch):
+    """Each step was a session with its own 5% budget, so a true A/A pull request could
+    fail 10% of the time over both. Now each step that runs gets its share of
+    --run-alpha, and one given after -- still wins (it comes later in the argv)."""
+    ran: list[tuple[str, ...]] = []
+
+    def run(name: str, argv: list[str], out: Path) -> prgate.Step:
+        ran.append(tuple(argv))
+        return prgate.Step(name, tuple(argv), 0, 1.0, "")
+
+    monkeypatch.setattr(prgate, "_run", run)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    out = ["--out", str(tmp_path)]
+    assert prgate.main(["--base", "HEAD", "--profiles", "chunked", *out]) == 0
+    ab, stored = ran
+    assert "--vllm-ab-run-alpha=0.025" in ab and "--vllm-ab-rev=HEAD" in ab
+    assert "--vllm-stored-run-alpha=0.025" in stored and "--vllm-require-baseline" in stored
+    ran.clear()
+    assert prgate.main(["--base", "HEAD", "--profiles", "chunked", "--stored", "", *out]) == 0
+    [alone] = ran
+    assert "--vllm-ab-run-alpha=0.05" in alone
+    ran.clear()
+    mine = "--vllm-ab-run-alpha=0.01"
+    prgate.main(["--base", "HEAD", "--profiles", "chunked", "--run-alpha", "0.1", *out, "--", mine])
+    ab, given = ran[0], "--vllm-ab-run-alpha=0.05"
+    assert given in ab and ab.index(mine) > ab.index(given)
