@@ -72,6 +72,19 @@ def settle_count(value: str, source: str) -> int | None:
     return count
 
 
+def _unwritable(folder: Path) -> str:
+    """Why baselines cannot be written under ``folder`` (its nearest existing ancestor
+    is a file, or not writable), or "" when they can."""
+    found = folder.absolute()
+    while not found.exists() and found != found.parent:
+        found = found.parent
+    if not found.is_dir():
+        return f"{found} is a file, not a folder"
+    if not os.access(found, os.W_OK | os.X_OK):
+        return f"{found} is not writable"
+    return ""
+
+
 def probability(value: str, source: str) -> float:
     """An error rate: a number strictly between 0 and 1."""
     try:
@@ -104,7 +117,13 @@ def names(value: str, source: str) -> tuple[str, ...]:
 def url(value: str, source: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise pytest.UsageError(f"{source}: expected an http:// or https:// URL, got {value!r}")
-    return value.rstrip("/")
+    root = value.rstrip("/")
+    if root.endswith("/v1"):  # an OpenAI base URL: it failed later as "does not answer /health"
+        raise pytest.UsageError(
+            f"{source}: expected the server's root URL, without /v1 (the plugin reads "
+            f"/health, /metrics, /tokenize and /v1/... under it), got {value!r}"
+        )
+    return root
 
 
 def path(value: str, _source: str) -> Path:
@@ -143,7 +162,15 @@ OPTIONS: Final = (
         "tiny",
         f"embedded model: {' or '.join(PRESETS)}",
     ),
-    Option("--vllm-url", "vllm_url", url, None, "measure a running server instead of starting one"),
+    Option(
+        "--vllm-url",
+        "vllm_url",
+        url,
+        None,
+        "measure a running server instead of starting one: its root URL, serving /health, "
+        "/v1/models, /tokenize, /v1/completions (streamed) and /metrics, as vllm serve "
+        "does; a profile's engine settings do not apply to it",
+    ),
     Option(
         "--vllm-platform",
         "vllm_platform",
@@ -468,6 +495,12 @@ class Settings:
             stored_run_alpha=values["vllm_stored_run_alpha"],
             **_ab_side(values["vllm_ab"]),
         )
+        if mode is not SaveMode.COMPARE and (why := _unwritable(settings.baseline_dir)):
+            # found before any boot: it was reported after the whole run
+            source = _raw(config, "vllm_baseline_dir")[1]
+            raise pytest.UsageError(
+                f"{source}: cannot write baselines to {settings.baseline_dir}: {why}"
+            )
         raw_dir, dir_source = _raw(config, "vllm_profiles_dir")
         named = config.getoption("vllm_profiles_dir") is not None or raw_dir != "profiles"
         if named and not settings.profiles_dir.is_dir():  # a typo is not "no profiles"

@@ -16,6 +16,11 @@ BAD = [
     ("--vllm-settle-passes=-1", "expected auto or a whole number of passes >= 0, got '-1'"),
     ("--vllm-platform=tpu", "expected one of auto, cpu, cuda, got 'tpu'"),
     ("--vllm-url=localhost:8000", "expected an http:// or https:// URL, got 'localhost:8000'"),
+    (
+        "--vllm-url=http://127.0.0.1:8000/v1/",
+        "expected the server's root URL, without /v1 (the plugin reads /health, /metrics, "
+        "/tokenize and /v1/... under it), got 'http://127.0.0.1:8000/v1/'",
+    ),
 ]
 
 
@@ -37,6 +42,26 @@ def test_a_mistyped_profiles_folder_is_an_error_not_no_profiles(pytester):
     errors = [line for line in result.stderr.lines if line.strip()]
     assert errors == [f"ERROR: --vllm-profiles-dir: no such folder {pytester.path / 'profilez'}"]
     assert pytester.runpytest_subprocess().ret == pytest.ExitCode.OK  # no ./profiles: fine
+
+
+def test_an_unwritable_baseline_folder_is_an_error_before_any_boot(pytester):
+    """--vllm-save-baseline into a folder that cannot be made was reported after the
+    whole run. A file where the folder should be fails as root too (permissions do not:
+    root may write anywhere); a read-only folder is the same check (os.access). Broken
+    on purpose (the check skipped), the run collects and exits 0."""
+    pytester.makepyfile("def test_x():\n    pass\n")
+    (pytester.path / "blob").write_text("not a folder")
+    for flag in ("--vllm-save-baseline", "--vllm-add-boot"):
+        result = pytester.runpytest_subprocess(flag, "--vllm-baseline-dir=blob/baselines")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, flag
+        errors = [line for line in result.stderr.lines if line.strip()]
+        assert errors == [
+            f"ERROR: --vllm-baseline-dir: cannot write baselines to "
+            f"{pytester.path / 'blob' / 'baselines'}: {pytester.path / 'blob'} is a file, "
+            "not a folder"
+        ], flag
+    # comparing only reads: the same folder is no error then
+    assert pytester.runpytest_subprocess("--vllm-baseline-dir=blob/baselines").ret == 0
 
 
 def test_ini_values_are_checked_the_same_way(pytester):
