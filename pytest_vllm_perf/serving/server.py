@@ -67,10 +67,6 @@ class ServerSpec:
             *self.engine_argv,
         ]
 
-    def public_argv(self, port: int) -> list[str]:
-        """The command line with secrets masked, for reports and baselines."""
-        return redact.argv(self.argv(port))
-
 
 PORT_ATTEMPTS = 2
 

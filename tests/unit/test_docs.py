@@ -66,3 +66,26 @@ def test_relative_links_reach_a_file_and_a_heading(doc):
         elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
             broken.append(f"{target}#{anchor} (no such heading)")
     assert not broken, f"{doc.name}: {broken}"
+
+
+def test_the_default_tolerances_are_stated_as_the_code_has_them():
+    """docs/verdicts.md said TPOT 10% and throughput 15% on a GPU where the code had 15%
+    and 25%."""
+    from pytest_vllm_perf.core.registry import default_tolerances
+
+    text = re.sub(r"\s+", " ", (ROOT / "docs" / "verdicts.md").read_text(encoding="utf-8"))
+    stated = re.search(
+        r"on the CPU engine ITL p50 (\d+)%, TPOT (\d+)% and output throughput (\d+)%", text
+    )
+    gpu = re.search(
+        r"on a GPU ITL p50 (\d+)%, TPOT (\d+)%, output throughput (\d+)% and request "
+        r"throughput (\d+)%",
+        text,
+    )
+    assert stated and gpu, "docs/verdicts.md no longer states the platform tolerances"
+    keys = ("itl_p50_ms", "tpot_mean_ms", "output_throughput", "request_throughput")
+    for found, platform in ((stated, "cpu"), (gpu, "cuda")):
+        tol = default_tolerances(platform)
+        assert [int(x) for x in found.groups()] == [
+            round(100 * tol[k]) for k in keys[: len(found.groups())]
+        ], platform
