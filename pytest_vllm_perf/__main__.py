@@ -38,8 +38,8 @@ def _usage() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
-        print(_usage())
-        return 0 if args else 4
+        print(_usage())  # bare, it lists what there is: asking is not an error
+        return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         print(
