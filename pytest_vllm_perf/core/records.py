@@ -7,6 +7,7 @@ handle), so a report, a plot or the CLI can be built from stored JSON alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -114,6 +115,10 @@ class PassRecord:
     overloaded: str = ""  # why the pass measured a growing queue, or empty
     ramp_records: tuple[RequestRecord, ...] = ()
     elapsed_s: float = 0.0
+    # how late the client's event loop woke (p99 over the pass, ms; NaN: not measured):
+    # every chunk's time is taken on that loop, so a lag near the gaps it times means
+    # the client, not the server, set them
+    client_lag_p99_ms: float = math.nan
 
     @property
     def window(self) -> tuple[float, float]:

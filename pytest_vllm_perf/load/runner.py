@@ -30,7 +30,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 
@@ -262,7 +262,15 @@ async def _pass(state: _Run, index: int) -> PassRecord:
     # not copies (a copy would also hit the prefix cache the previous pass filled).
     # a settle pass (index < 0) draws from a seed of its own: random.Random(-1) is
     # random.Random(1), so seed + index would replay pass 1's prompts for a seed of 0
-    await _drive(state, workload.seed + index if index >= 0 else f"{workload.seed}:settle{index}")
+    lags: list[float] = []
+    done = asyncio.Event()
+    monitor = asyncio.create_task(_loop_lag(done, lags))
+    try:
+        seed = workload.seed + index if index >= 0 else f"{workload.seed}:settle{index}"
+        await _drive(state, seed)
+    finally:
+        done.set()
+        await monitor
     ended = time.perf_counter()
     after = await asyncio.to_thread(scrape.scrape, state.base_url)
     ramp = workload.effective_ramp_s
@@ -284,7 +292,28 @@ async def _pass(state: _Run, index: int) -> PassRecord:
         overloaded=overload(workload, kept),
         ramp_records=tuple(r for r in ordered if r.start < ramp_end),
         elapsed_s=ended - start,
+        client_lag_p99_ms=1000 * _p99(lags),
     )
+
+
+# How often the lag monitor wakes: 100 times a second costs the client nothing it
+# would notice, and a lag of a few ms (the H200's ITL p50 is 5.2-5.6 ms) still shows.
+LAG_EVERY_S: Final = 0.01
+
+
+async def _loop_lag(done: asyncio.Event, lags: list[float]) -> None:
+    """How late the event loop wakes from a sleep, for as long as the pass drives load."""
+    while not done.is_set():
+        asked = time.perf_counter()
+        await asyncio.sleep(LAG_EVERY_S)
+        lags.append(max(0.0, time.perf_counter() - asked - LAG_EVERY_S))
+
+
+def _p99(values: list[float]) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
 def _counter_deltas(

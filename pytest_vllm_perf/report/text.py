@@ -198,6 +198,29 @@ def _burst_lines(where: str, o: Outcome) -> list[str]:
     return lines
 
 
+# A pass whose client loop woke this late, against the pass's median streamed gap, is
+# one whose gaps the client may have set: each chunk is timed on that loop.
+CLIENT_LAG_SHARE: Final = 0.5
+
+
+def _client_lag_line(o: Outcome) -> str:
+    """A note when the client's event loop lagged by half the median gap it timed or
+    more, in any pass: the numbers may then be the client's, not the server's."""
+    late = []
+    for p, m in zip(o.result.passes, o.result.pass_metrics, strict=True):
+        gap = m.get("itl_p50_ms", math.nan)
+        if p.client_lag_p99_ms >= CLIENT_LAG_SHARE * gap > 0:
+            late.append((p.client_lag_p99_ms, gap))
+    if not late:
+        return ""
+    worst, gap = max(late)
+    return (
+        f"the client could not keep up in {len(late)} of {len(o.result.passes)} passes: its "
+        f"event loop woke up to {worst:.1f} ms late (p99) against an ITL p50 of {gap:.2f} ms, "
+        "so these latencies may be the client's; run the client on a less loaded machine"
+    )
+
+
 def gate_notes(outcomes: Sequence[Outcome]) -> list[str]:
     """What a reader must know: saves, missing baselines, overloads, unsettled verdicts."""
     lines = []
@@ -206,6 +229,8 @@ def gate_notes(outcomes: Sequence[Outcome]) -> list[str]:
         for problem in o.result.overloaded:
             lines.append(f"{where}: overloaded {problem}")
         lines += _burst_lines(where, o)
+        if lag := _client_lag_line(o):
+            lines.append(f"{where}: {lag}")
         g = o.gate
         if g is None:
             continue
@@ -336,6 +361,7 @@ def _passes_json(result: Measurement) -> list[dict[str, Any]]:
             "drain_s": round(p.drain_s, 6),
             "elapsed_s": round(p.counted_s, 6),
             "overloaded": p.overloaded,
+            "client_lag_p99_ms": _number(round(p.client_lag_p99_ms, 3)),
             "metrics": bench_serve_keys(m),
         }
         for p, m in zip(result.passes, result.pass_metrics, strict=True)

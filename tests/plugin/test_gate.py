@@ -162,6 +162,8 @@ def test_json_and_markdown_reports(project, fake_vllm, monkeypatch):
     for key in ("completed", "median_ttft_ms", "p99_itl_ms", "mean_tpot_ms", "output_throughput"):
         assert key in entry["metrics"], key
     assert entry["baseline"]["status"] == "no baseline"
+    # each pass says how late the client's loop woke while it drove the load
+    assert all(p["client_lag_p99_ms"] >= 0 for p in entry["passes"]), entry["passes"]
     assert "hf_supersecretvalue1" not in (project.path / "out" / "r.json").read_text()
     md = (project.path / "out" / "r.md").read_text()
     assert "| test | profile |" in md and "no baseline" in md

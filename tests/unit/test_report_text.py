@@ -30,3 +30,50 @@ def test_bursty_passes_are_one_line_per_class_not_one_per_pass():
         "median gap 0.01-0.01 ms; the API server was starved): their ITL and TPOT are left "
         "out of the verdict"
     ]
+
+
+def _decode_outcome(lag_ms: float) -> Outcome:
+    decode = workloads.named("decode")
+    passes = [
+        PassRecord(tuple(req("chat", 0.003, 40, i * 0.1) for i in range(30)), 4.0, index=k,
+                   client_lag_p99_ms=lag_ms if k == 5 else 0.1)
+        for k in range(8)
+    ]  # fmt: skip
+    settings = {"name": "p", "engine": {}, "env": {}, "cpu": {}}
+    return Outcome("t.py::test", Provenance("p", settings, "p", (), (), ENV),
+                   assemble(decode, passes, ()), ())  # fmt: skip
+
+
+def test_a_client_that_cannot_keep_up_says_so():
+    """The chunks are timed on the client's event loop: one that wakes 2 ms late in a
+    pass whose median gap is 3 ms may have set the gaps itself. Broken on purpose (the
+    note never written), the first check fails."""
+    lines = [line for line in text.gate_notes([_decode_outcome(2.0)]) if "keep up" in line]
+    assert lines == [
+        "t.py::test [p]: the client could not keep up in 1 of 8 passes: its event loop woke "
+        "up to 2.0 ms late (p99) against an ITL p50 of 3.00 ms, so these latencies may be "
+        "the client's; run the client on a less loaded machine"
+    ]
+    assert not [line for line in text.gate_notes([_decode_outcome(1.0)]) if "keep up" in line]
+
+
+def test_the_lag_monitor_sees_a_blocked_loop():
+    """A mechanism check, timed by a lower bound only: a loop blocked for 60 ms wakes the
+    monitor's 10 ms sleep at least 50 ms late, however fast the machine."""
+    import asyncio
+    import time
+
+    from pytest_vllm_perf.load import runner
+
+    async def main() -> list[float]:
+        lags: list[float] = []
+        done = asyncio.Event()
+        task = asyncio.create_task(runner._loop_lag(done, lags))
+        await asyncio.sleep(0)  # the monitor is now asleep
+        time.sleep(0.06)  # blocks the loop, as a starved client does
+        await asyncio.sleep(0.02)
+        done.set()
+        await task
+        return lags
+
+    assert max(asyncio.run(main())) >= 0.05
