@@ -36,6 +36,12 @@ class FakeVllm:
     # when each content chunk was written (perf_counter, the client's clock too): what
     # the server itself streamed, for checks that must not depend on the machine's pace
     written: list[float] = field(default_factory=list)
+    # vLLM's histograms as sums and counts of what this server timed itself: each
+    # request's first chunk since its arrival, each later chunk since the one before
+    ttft_sum: float = 0.0
+    ttft_count: int = 0
+    itl_sum: float = 0.0
+    itl_count: int = 0
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -68,9 +74,14 @@ class FakeVllm:
                 if self.prefix_cache
                 else ""
             )
+            + f'vllm:time_to_first_token_seconds_sum{{engine="0"}} {self.ttft_sum}\n'
+            f'vllm:time_to_first_token_seconds_count{{engine="0"}} {self.ttft_count}\n'
+            f'vllm:inter_token_latency_seconds_sum{{engine="0"}} {self.itl_sum}\n'
+            f'vllm:inter_token_latency_seconds_count{{engine="0"}} {self.itl_count}\n'
         )
 
     async def complete(self, request: web.Request) -> web.StreamResponse:
+        arrived = time.perf_counter()
         body = await request.json()
         self.requests.append(body)
         prompt = body.get("prompt")
@@ -91,6 +102,7 @@ class FakeVllm:
         n = body["max_tokens"] - self.short_by
         stall = self.stall_every and count % self.stall_every == 0
         self._streams += 1
+        last = arrived
         try:
             for i in range(n):
                 if stall and i == n // 2:
@@ -98,7 +110,15 @@ class FakeVllm:
                 await asyncio.sleep(self.delay_s + self.per_stream_s * self._streams)
                 chunk = {"choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}]}
                 await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                self.written.append(time.perf_counter())
+                now = time.perf_counter()
+                if i == 0:
+                    self.ttft_sum += now - arrived
+                    self.ttft_count += 1
+                else:
+                    self.itl_sum += now - last
+                    self.itl_count += 1
+                last = now
+                self.written.append(now)
         finally:
             self._streams -= 1
         usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n}

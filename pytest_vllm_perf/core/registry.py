@@ -24,6 +24,8 @@ __all__ = [
     "LATENCIES",
     "METRICS",
     "PERCENTILES",
+    "SERVER_COMPARED",
+    "SERVER_MEANS",
     "MetricDef",
     "Source",
     "default_tolerances",
@@ -86,6 +88,9 @@ _TOLERANCES: Final[Mapping[str, float]] = {
     "output_throughput": 0.10,
     "request_throughput": 0.10,
     "preemptions_per_s": 0.50,
+    "server_ttft_mean_ms": 0.30,
+    "server_itl_mean_ms": 0.15,
+    "server_tpot_mean_ms": 0.10,
 }
 # On the embedded CPU engine, whole boots differ: over five boots of one 2-core VM,
 # the median pass's ITL p50 ranged x1.22, TPOT x1.13 and throughput x1.07
@@ -126,6 +131,8 @@ AB_TOLERANCES: Final[Mapping[str, Mapping[str, float]]] = {
         "tpot_mean_ms": 0.05,
         "output_throughput": 0.05,
         "long.ttft_p50_ms": 0.05,
+        "server_itl_mean_ms": 0.05,
+        "server_tpot_mean_ms": 0.05,
     },
 }
 
@@ -143,6 +150,20 @@ def _latency(field: str, stat: str) -> MetricDef:
         bench_serve_key=f"{_BENCH_SERVE_STAT[stat]}_{field}_ms",
         fmt="{:.1f}",
     )
+
+
+# The engine's own means over a pass, from its histograms' sums and counts (module
+# ``load.scrape``): the metric key -> the histogram's counter name and its label.
+SERVER_MEANS: Final[Mapping[str, tuple[str, str]]] = {
+    "server_ttft_mean_ms": ("server_ttft", "server TTFT mean"),
+    "server_itl_mean_ms": ("server_itl", "server ITL mean"),
+    "server_tpot_mean_ms": ("server_tpot", "server TPOT mean"),
+    "server_queue_mean_ms": ("server_queue", "server queue mean"),
+}
+
+
+def _server_mean(key: str, label: str) -> MetricDef:
+    return MetricDef(key, label, "ms", "server", "mean", tolerance=_TOLERANCES.get(key))
 
 
 def _build() -> dict[str, MetricDef]:
@@ -202,6 +223,7 @@ def _build() -> dict[str, MetricDef]:
         ),
     )
     out.update({m.key: m for m in extra})
+    out.update({k: _server_mean(k, label) for k, (_, label) in SERVER_MEANS.items()})
     return out
 
 
@@ -219,6 +241,10 @@ COMPARED: Final = (
     "output_throughput",
     "preemptions_per_s",
 )
+# Compared and shown beside the client's figures where the server exports them, not
+# gated: on the H200 the engine's mean ITL and TPOT were as noisy per pass as the
+# client's (bench/results/h200/plant-l33/pass-noise.txt), and its ITL p50 steadier.
+SERVER_COMPARED: Final = ("server_ttft_mean_ms", "server_itl_mean_ms", "server_tpot_mean_ms")
 
 
 def split_key(key: str) -> tuple[str | None, str]:

@@ -1,9 +1,17 @@
 """Read the server's Prometheus ``/metrics``: preemptions, prefix-cache lookups, KV usage,
-queue depth.
+queue depth, and the engine's own latency histograms.
 
 vLLM logs no line per preemption, so the counter's delta is the only honest
 count; it is read at every pass boundary, so each pass has its own count. KV
 usage and the waiting queue are gauges, read every two seconds during a run.
+
+The latency histograms (``HISTOGRAMS``) are read at the same boundaries: the deltas
+of their ``_sum`` and ``_count`` give each pass's exact mean. vLLM's V1 engine stamps
+inter-token latency and per-request TPOT with the engine core's clock
+(``vllm/v1/metrics/stats.py``, ``engine_core_timestamp``), so neither the API server's
+scheduling of the stream nor this client's event loop is in them. Their buckets are
+too coarse for a percentile at GPU speed (the first inter-token bucket ends at 10 ms;
+the H200's ITL p50 is 5.2-5.6 ms), so only means are taken.
 
 The gauge reader runs in its own thread with a blocking client and parses only
 the lines it needs, so it never takes a turn on the event loop that times the
@@ -23,6 +31,7 @@ from pytest_vllm_perf.core.records import GaugeReading
 
 __all__ = [
     "COUNTERS",
+    "HISTOGRAMS",
     "KV_USAGE",
     "PREEMPTIONS",
     "PREFIX_HITS",
@@ -41,13 +50,29 @@ WAITING: Final = ("vllm:num_requests_waiting",)
 # prompt tokens looked up in the prefix cache, and those found (V1 counters)
 PREFIX_QUERIES: Final = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
 PREFIX_HITS: Final = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
-WANTED: Final = frozenset(PREEMPTIONS + KV_USAGE + WAITING + PREFIX_QUERIES + PREFIX_HITS)
+# The engine's latency histograms, by the counter name a pass's deltas are kept under
+# (``server_itl_sum``, ``server_itl_count``); names as for the counters above (vLLM
+# before 0.11 called inter-token latency ``time_per_output_token_seconds``).
+HISTOGRAMS: Final = {
+    "server_ttft": ("vllm:time_to_first_token_seconds",),
+    "server_itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "server_tpot": ("vllm:request_time_per_output_token_seconds",),
+    "server_queue": ("vllm:request_queue_time_seconds",),
+}
 # the counters read at every pass boundary: the name a pass's delta is kept under
 COUNTERS: Final = {
     "preemptions": PREEMPTIONS,
     "prefix_cache_queries": PREFIX_QUERIES,
     "prefix_cache_hits": PREFIX_HITS,
+    **{
+        f"{key}_{part}": tuple(f"{name}_{part}" for name in names)
+        for key, names in HISTOGRAMS.items()
+        for part in ("sum", "count")
+    },
 }
+WANTED: Final = frozenset(
+    KV_USAGE + WAITING + tuple(name for names in COUNTERS.values() for name in names)
+)
 
 
 def parse(text: str, wanted: Iterable[str] | None = None) -> dict[str, float]:

@@ -22,7 +22,7 @@ from pytest_vllm_perf.core.records import (
     Provenance,
     Verdict,
 )
-from pytest_vllm_perf.core.registry import COMPARED
+from pytest_vllm_perf.core.registry import COMPARED, SERVER_COMPARED
 from pytest_vllm_perf.verdict import baseline, compare
 from pytest_vllm_perf.verdict import capacity as capacity_stats
 from pytest_vllm_perf.verdict.sequential import Design, Look
@@ -60,8 +60,13 @@ def gated_metrics(
     return tuple(dict.fromkeys((*own, *more, *extra)))
 
 
-def compared_metrics(gated: Sequence[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys((*gated, *COMPARED)))
+def compared_metrics(
+    gated: Sequence[str], *sides: Sequence[Mapping[str, float]]
+) -> tuple[str, ...]:
+    """The gated metrics, then every compared one, then the engine's own means that
+    every pass of ``sides`` (each a side's per-pass metrics) measured."""
+    server = [k for k in SERVER_COMPARED if sides and all(k in m for side in sides for m in side)]
+    return tuple(dict.fromkeys((*gated, *COMPARED, *server)))
 
 
 def current_passes(result: Measurement) -> compare.Passes:
@@ -118,7 +123,7 @@ def evaluate(
     verdicts = compare.compare(
         stored.boots,
         current,
-        compared_metrics(gated),
+        compared_metrics(gated, current.metrics, *(b.metrics for b in stored.boots)),
         tolerances,
         gated=gated,
         pair=True,
@@ -156,7 +161,7 @@ def ab(
     verdicts = compare.compare(
         [base_passes],
         current,
-        compared_metrics(gated),
+        compared_metrics(gated, base_passes.metrics, current.metrics),
         tolerances,
         gated=gated,
         pair=True,

@@ -15,7 +15,7 @@ from typing import Final
 import numpy as np
 
 from pytest_vllm_perf.core.records import PassRecord, RequestRecord
-from pytest_vllm_perf.core.registry import LATENCIES, METRICS, PERCENTILES
+from pytest_vllm_perf.core.registry import LATENCIES, METRICS, PERCENTILES, SERVER_MEANS
 from pytest_vllm_perf.core.workload import Workload
 
 __all__ = [
@@ -249,6 +249,23 @@ def pass_metrics(workload: Workload, p: PassRecord) -> dict[str, float]:
         out["preemptions"] = p.counters["preemptions"]
         out["preemptions_per_s"] = p.counters["preemptions"] / p.counted_s
     out.update(_prefix_hit_rate((p,)))
+    out.update(_server_means((p,)))
+    return out
+
+
+def _server_means(passes: Sequence[PassRecord]) -> dict[str, float]:
+    """The engine's mean TTFT, ITL, TPOT and queue time over ``passes``, in ms, from its
+    histograms' sum and count deltas (absent where the server exports a histogram in
+    none of the passes; NaN where a read failed or nothing was observed)."""
+    out: dict[str, float] = {}
+    for key, (hist, _) in SERVER_MEANS.items():
+        sums = [p.counters.get(f"{hist}_sum") for p in passes]
+        counts = [p.counters.get(f"{hist}_count") for p in passes]
+        if not passes or any(v is None for v in (*sums, *counts)):
+            continue
+        total = math.fsum(v for v in sums if v is not None)
+        n = math.fsum(v for v in counts if v is not None)
+        out[key] = 1000 * total / n if n > 0 else math.nan
     return out
 
 
@@ -307,6 +324,7 @@ def measure_metrics(
         seconds = sum(p.counted_s for p in passes)
         out["preemptions_per_s"] = out["preemptions"] / seconds if seconds > 0 else math.nan
     out.update(_prefix_hit_rate(passes))
+    out.update(_server_means(passes))
     out.update(_by_turn(workload, passes))
     out.update(server)
     return out

@@ -8,6 +8,7 @@ tests that need a server of their own are in the other engine files."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -67,6 +68,13 @@ def test_workload_measures_real_tokens(real_server):
     counters = result.passes[0].counters  # read at the pass boundaries
     assert counters["preemptions"] == 0.0
     assert counters["prefix_cache_queries"] >= counters["prefix_cache_hits"] >= 0
+    # the engine's own histograms, under the names scrape.HISTOGRAMS reads: one first
+    # token per request of the pass at most (each is observed once, when it streams)
+    first = result.passes[0]
+    assert 0 < counters["server_ttft_count"] <= len(first.records) + len(first.ramp_records)
+    assert counters["server_itl_count"] > 0 and counters["server_tpot_count"] > 0
+    for key in ("server_ttft_mean_ms", "server_itl_mean_ms", "server_tpot_mean_ms"):
+        assert 0 < result.metrics[key] < math.inf, key
     # the sampler read and parsed the gauges during the load. Whether a reading is above 0
     # is not asserted: the client cannot know what the server still holds. Read at every
     # 16th chunk of one 1024-token stream, KV usage was 0.00098 at the first chunk and 0.0
