@@ -1,6 +1,8 @@
-# Two entry points, both idempotent on a fresh clone:
-#   make demo   set up .venv with the CPU engine if missing, run the example perf suite
-#               as an A/B run of PROFILE (chunked) against AB (default) on PRESET (small)
+# Entry points, each idempotent on a fresh clone:
+#   make demo   set up .venv with the CPU engine if missing, then the five-minute first
+#               look: a planted bad profile regressed, an A/A unchanged (PRESET small)
+#   make examples  the whole example perf suite as an A/B run of PROFILE (chunked)
+#               against AB (default)
 #   make test   set up .venv if missing, then lint, type-check, check import layers, run the tests
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -12,14 +14,16 @@ AB ?= default
 # the API server, not the engine, paced the stream (7 of 8 A/B passes in bursts,
 # docs/results.md#the-demo-on-the-cpu-engine); `small` lets the engine set the pace.
 PRESET ?= small
-# The demo's A/B decides at its first look (8 pairs): on two shared cores the CPU
-# engine's pass-to-pass noise (log sd 0.04-0.44, bench/results/operating_characteristic.md)
-# leaves most metrics undecided at 16 pairs too, so more looks would double its time and
-# decide little. MAX_PAIRS=16 runs the GPU default.
+# `make examples`: the whole example suite as an A/B run, decided at its first look (8
+# pairs): on two shared cores the CPU engine's pass-to-pass noise (log sd 0.04-0.44,
+# bench/results/operating_characteristic.md) leaves most metrics undecided at 16 pairs
+# too, so more looks would double its time and decide little. MAX_PAIRS=16 runs the
+# GPU default.
 MAX_PAIRS ?= 8
+DEMO_PLOTS ?= .vllm-perf-cache/demo-plots
 ARGS ?=
 
-.PHONY: setup demo test lint clean reference
+.PHONY: setup demo examples test lint clean reference
 
 setup: $(STAMP)
 
@@ -48,9 +52,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c "import vllm, pytest_vllm_perf; print('vllm', vllm.__version__)"
 	touch $(STAMP)
 
-# The demo judges PROFILE against AB (an A/B run: no stored baseline needed, so a
-# fresh machine sees verdicts). AB= runs the plain suite (e.g. to save baselines).
+# The first look: a planted bad profile (one-seq) and an A/A, each against a second
+# `default` server (examples/first_look.py), with plots; about 4 minutes on two cores.
 demo: $(STAMP)
+	$(BIN)/pytest examples/first_look.py --vllm-profile=default,one-seq --vllm-ab=default \
+	  --vllm-ab-max-pairs=8 \
+	  --vllm-model-preset=$(PRESET) --vllm-plots=$(DEMO_PLOTS) -rxX $(ARGS)
+
+# The example suite judges PROFILE against AB (an A/B run: no stored baseline needed,
+# so a fresh machine sees verdicts). AB= runs the plain suite (e.g. to save baselines).
+examples: $(STAMP)
 	$(BIN)/pytest examples --vllm-profile=$(PROFILE) $(if $(AB),--vllm-ab=$(AB)) \
 	  --vllm-ab-max-pairs=$(MAX_PAIRS) --vllm-model-preset=$(PRESET) $(ARGS)
 

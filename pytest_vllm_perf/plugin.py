@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,12 +23,13 @@ from pytest_vllm_perf.core.errors import PlotsUnavailable, ServerError
 from pytest_vllm_perf.core.records import Outcome, Progress
 from pytest_vllm_perf.fixture import PerfFixture, preflight, stored_baselines
 from pytest_vllm_perf.report import plots, text
-from pytest_vllm_perf.serving import server
+from pytest_vllm_perf.serving import hardware, server
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
 
 SETTINGS = pytest.StashKey[options.Settings]()
 POOL = pytest.StashKey[ServerPool]()
 OUTCOMES = pytest.StashKey[list[Outcome]]()
+STARTED = pytest.StashKey[float]()  # the session's start (time.monotonic), for its minutes
 PERF_FIXTURES = ("vllm_perf", "vllm_server")
 
 
@@ -44,6 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = options.Settings.from_config(config)
     config.stash[SETTINGS] = settings
     config.stash[OUTCOMES] = []
+    config.stash[STARTED] = time.monotonic()
     config.stash[POOL] = ServerPool(
         PoolConfig(
             cache_dir=settings.cache_dir,
@@ -265,12 +268,20 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             pictures = plots.write(outcomes, settings.plots_dir)
         except PlotsUnavailable as exc:
             terminalreporter.write_line(f"vLLM perf plots not written: {exc}", red=True)
+    wall_s = time.monotonic() - config.stash[STARTED]
+    cuda = any(o.provenance.environment.platform == "cuda" for o in outcomes)
+    headline = text.verdict_line(outcomes, wall_s, hardware.gpu_count() if cuda else 0)
     written = text.write_files(
         outcomes,
         json_path=settings.json_path,
         markdown_path=settings.markdown_path,
         step_summary=os.environ.get("GITHUB_STEP_SUMMARY"),
         plots=pictures,
+        headline=headline,
     )
     for path in [*written, *pictures]:
         terminalreporter.write_line(f"vLLM perf report written: {path}")
+    # last, so that it sits right above pytest's own count (which says "passed" for a
+    # perf result that failed as expected, an xfail)
+    failed = headline.startswith("vLLM perf FAIL")
+    terminalreporter.write_line(headline, bold=True, red=failed, green=not failed)

@@ -50,7 +50,6 @@ __all__ = [
     "Step",
     "changed_profiles",
     "figures",
-    "gpu_count",
     "main",
     "summary",
     "verdict",
@@ -101,18 +100,6 @@ def changed_profiles(base: str, profiles_dir: Path) -> list[str]:
         if mine.hash != theirs.hash:
             changed.append(name)
     return changed
-
-
-def gpu_count(
-    environ: dict[str, str] | os._Environ[str] = os.environ,
-    listed: Sequence[tuple[str, str]] | None = None,
-) -> int:
-    """GPUs this job may use: those nvidia-smi lists (``listed``: index, name) that
-    ``CUDA_VISIBLE_DEVICES`` keeps, every one when it is unset; 0 without a driver
-    (the CPU engine). Reading only the variable said "no GPU" on an H200 where it
-    was unset."""
-    gpus = hardware.all_gpus() if listed is None else listed
-    return len(hardware.visible(gpus, environ.get("CUDA_VISIBLE_DEVICES")))
 
 
 def _rate(value: str) -> float:
@@ -265,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         stored = [*head, f"--vllm-stored-run-alpha={share:g}", *args.pytest_args]
         stored += [f"--vllm-profile={args.stored}", mode]
         steps.append(_run("stored", [*stored, *reports("stored")], args.out))
-    gpus = gpu_count()
+    gpus = hardware.gpu_count()
     text = summary(steps, gpus, args.base)
     atomic.write_text(args.out / "summary.md", text)
     record = {"base": args.base, **figures(steps, gpus)}

@@ -43,6 +43,7 @@ __all__ = [
     "summary_lines",
     "threshold_message",
     "to_json",
+    "verdict_line",
     "write_files",
 ]
 
@@ -157,6 +158,33 @@ def regression_message(gate: GateResult) -> str:
 
 def verdict(outcome: Outcome) -> str:
     return outcome.gate.summary() if outcome.gate else "-"
+
+
+def _failures(o: Outcome) -> list[str]:
+    """Why one result failed, briefly: each regressed gated metric with its ratio, and
+    ``SLO`` where a threshold was missed; [] when it passed."""
+    why = [f"{v.metric} x{v.ratio:.3g}" for v in (o.gate.regressions if o.gate else [])]
+    return why + ([] if o.passed else ["SLO"])
+
+
+def verdict_line(outcomes: Sequence[Outcome], wall_s: float, gpus: int) -> str:
+    """The line a person reads first: PASS or FAIL, the failing results and what failed
+    in each, the verdicts of the rest, and the session's wall and GPU minutes."""
+    failing = [(o, why) for o in outcomes if (why := _failures(o))]
+    minutes = f"{wall_s / 60:.1f} min wall, " + (
+        f"{wall_s * gpus / 60:.1f} GPU minutes ({gpus} GPU)" if gpus else "no GPU"
+    )
+    if failing:
+        shown = [f"{o.test_id} [{o.profile}] {', '.join(why)}" for o, why in failing[:4]]
+        more = f" and {len(failing) - 4} more" if len(failing) > 4 else ""
+        head = f"FAIL: {len(failing)} of {len(outcomes)} results: {'; '.join(shown)}{more}"
+    else:
+        counts: dict[str, int] = {}
+        for o in outcomes:
+            counts[verdict(o)] = counts.get(verdict(o), 0) + 1
+        words = ", ".join(f"{n} {word}" for word, n in sorted(counts.items()))
+        head = f"PASS: {len(outcomes)} results ({words})"
+    return f"vLLM perf {head}; {minutes}"
 
 
 def _rows(outcomes: Sequence[Outcome], markdown: bool = False) -> list[list[str]]:
@@ -407,10 +435,14 @@ def to_json(outcomes: Sequence[Outcome]) -> dict[str, Any]:
 
 
 def markdown(
-    outcomes: Sequence[Outcome], plots: Sequence[Path] = (), base: Path | None = None
+    outcomes: Sequence[Outcome],
+    plots: Sequence[Path] = (),
+    base: Path | None = None,
+    headline: str = "",
 ) -> str:
     headers = _headers()
-    lines = ["## vLLM perf", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines = ["## vLLM perf", ""] + ([f"**{headline}**", ""] if headline else [])
+    lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(row) + " |" for row in _rows(outcomes, markdown=True)]
     notes = gate_notes(outcomes) + comparison_lines(outcomes)
     if notes:
@@ -427,6 +459,7 @@ def write_files(
     markdown_path: Path | None,
     step_summary: str | None,
     plots: Sequence[Path] = (),
+    headline: str = "",
 ) -> list[Path]:
     """Write the requested reports; the Markdown also goes to the GitHub job summary."""
     written = []
@@ -435,7 +468,7 @@ def write_files(
         atomic.write_text(json_path, text)
         written.append(json_path)
     base = markdown_path.resolve().parent if markdown_path else None
-    text = markdown(outcomes, [p.resolve() for p in plots], base)
+    text = markdown(outcomes, [p.resolve() for p in plots], base, headline)
     if markdown_path:
         atomic.write_text(markdown_path, text)
         written.append(markdown_path)

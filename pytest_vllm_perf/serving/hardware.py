@@ -25,6 +25,7 @@ __all__ = [
     "detect_platform",
     "device_env",
     "environment",
+    "gpu_count",
     "gpu_names",
     "hardware_class",
     "interpreter_versions",
@@ -59,6 +60,19 @@ def visible(gpus: Sequence[tuple[str, str]], mask: str | None) -> tuple[str, ...
     if not all(part in by_index for part in wanted):  # UUIDs or MIG names: trust nvidia-smi
         return tuple(name for _, name in gpus)
     return tuple(by_index[part] for part in wanted)
+
+
+def gpu_count(
+    environ: Mapping[str, str] | None = None,
+    listed: Sequence[tuple[str, str]] | None = None,
+) -> int:
+    """GPUs this job may use: those nvidia-smi lists (``listed``: index, name) that
+    ``CUDA_VISIBLE_DEVICES`` keeps, every one when it is unset; 0 without a driver
+    (the CPU engine). Reading only the variable said "no GPU" on an H200 where it
+    was unset."""
+    env = os.environ if environ is None else environ
+    gpus = all_gpus() if listed is None else listed
+    return len(visible(gpus, env.get("CUDA_VISIBLE_DEVICES")))
 
 
 @cache

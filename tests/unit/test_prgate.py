@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_vllm_perf import prgate
+from pytest_vllm_perf.serving import hardware
 from tests.scratch_git import git
 
 
@@ -33,12 +34,12 @@ def test_changed_profiles_are_those_whose_settings_differ_at_the_base(tmp_path):
 
 def test_gpu_minutes_count_the_visible_gpus():
     four = [(str(i), "NVIDIA H200") for i in range(4)]
-    assert prgate.gpu_count({"CUDA_VISIBLE_DEVICES": "0"}, four) == 1
-    assert prgate.gpu_count({"CUDA_VISIBLE_DEVICES": "2,3"}, four) == 2
+    assert hardware.gpu_count({"CUDA_VISIBLE_DEVICES": "0"}, four) == 1
+    assert hardware.gpu_count({"CUDA_VISIBLE_DEVICES": "2,3"}, four) == 2
     # unset on a GPU host: every GPU it has (it read "no GPU (CPU engine)" on an H200)
-    assert prgate.gpu_count({}, four[:1]) == 1
-    assert prgate.gpu_count({"CUDA_VISIBLE_DEVICES": ""}, four) == 0
-    assert prgate.gpu_count({}, ()) == 0  # no driver: the CPU engine
+    assert hardware.gpu_count({}, four[:1]) == 1
+    assert hardware.gpu_count({"CUDA_VISIBLE_DEVICES": ""}, four) == 0
+    assert hardware.gpu_count({}, ()) == 0  # no driver: the CPU engine
     steps = [
         prgate.Step("ab", ("py", "-m", "pytest", "examples"), 1, 600.0, "| table |"),
         prgate.Step("stored", ("py", "-m", "pytest", "x"), 0, 300.0, ""),

@@ -77,3 +77,33 @@ def test_the_lag_monitor_sees_a_blocked_loop():
         return lags
 
     assert max(asyncio.run(main())) >= 0.05
+
+
+def test_the_last_line_says_pass_or_fail_what_failed_and_the_minutes():
+    """Broken on purpose (a regressed result counted as passing), the FAIL check fails."""
+    import dataclasses
+    from pathlib import Path
+
+    from pytest_vllm_perf.core.records import (
+        Check,
+        GateResult,
+        GateStatus,
+        MetricVerdict,
+        Verdict,
+    )
+
+    def gated(verdict: Verdict, ratio: float) -> GateResult:
+        v = MetricVerdict("output_throughput", 100, 100 * ratio, ratio, 0, 0, 0.3, verdict)
+        return GateResult(GateStatus.AB, Path("a/b"), (v,))
+
+    good = dataclasses.replace(_decode_outcome(0.1), gate=gated(Verdict.UNCHANGED, 1.01))
+    bad = dataclasses.replace(good, gate=gated(Verdict.REGRESSED, 0.338))
+    slow = dataclasses.replace(good, checks=(Check("max_ttft_p99_ms", "ttft_p99_ms", 1, 5),))
+    assert text.verdict_line([good, good], 246, 0) == (
+        "vLLM perf PASS: 2 results (2 unchanged); 4.1 min wall, no GPU"
+    )
+    assert text.verdict_line([good, bad, slow], 600, 2) == (
+        "vLLM perf FAIL: 2 of 3 results: t.py::test [p] output_throughput x0.338; "
+        "t.py::test [p] SLO; 10.0 min wall, 20.0 GPU minutes (2 GPU)"
+    )
+    assert "**vLLM perf FAIL" in text.markdown([bad], headline=text.verdict_line([bad], 6, 0))
