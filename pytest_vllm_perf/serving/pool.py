@@ -248,6 +248,15 @@ class ServerPool:
         model = self.config.model or served_model(server.base_url)
         settings = EngineSettings({}, ("external server: engine settings are not managed",))
         platform = self.config.resolved_platform()
+        if profile.engine or profile.cpu or profile.env:
+            self.progress(
+                f"--vllm-url: profile {profile.name!r}'s engine settings and env are not "
+                "applied to a server you started; set them where it is started"
+            )
+        self.progress(
+            f"--vllm-url: measuring {server.base_url} as it runs; its results are filed "
+            f"under this machine's hardware class ({hardware.hardware_class(platform)})"
+        )
         provenance = self._provenance(profile, platform, model, settings, [], None)
         return ServerHandle(server.base_url, model, platform, provenance, server)
 

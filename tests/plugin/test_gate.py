@@ -141,6 +141,14 @@ def test_regression_fails_with_metric_and_profile_diff(project, fake_vllm):
             "*profile engine.max_num_seqs (unset) -> 1*",
         ]
     )
+    # a server the user started is measured as it runs: the profile's engine settings
+    # are said not to apply to it, and where its results are filed
+    result.stdout.fnmatch_lines(
+        [
+            "*--vllm-url: profile 'p'*engine settings and env are not applied*",
+            "*--vllm-url: measuring http://127.0.0.1:*filed under this machine's hardware class*",
+        ]
+    )
 
 
 def test_corrupt_baseline_is_an_error_and_left_untouched(project, fake_vllm):
