@@ -65,9 +65,12 @@ SOURCES = (
 # (label, workload, [(file, test id)]) whose pairs are pooled
 AB_REAL = (
     ("H200", "decode", [("h200/session10/resident/ab.json", "examples/test_decode.py::test_decode"),
-                        ("h200/plant/aa/ab.json", "examples/test_decode.py::test_decode")]),
+                        ("h200/plant/aa/ab.json", "examples/test_decode.py::test_decode"),
+                        ("h200/plant-settle/aa/ab.json", "examples/test_decode.py::test_decode")]),
     ("H200", "interference",
-     [("h200/session10/resident/ab.json", "examples/test_interference.py::test_interference")]),
+     [("h200/session10/resident/ab.json", "examples/test_interference.py::test_interference"),
+      ("h200/plant-l33/aa-interference/ab.json",
+       "examples/test_interference.py::test_interference")]),
 )  # fmt: skip
 AB_PLANT = 1.05
 RATIOS = (0.9, 0.95, 1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.5, 2.0)
