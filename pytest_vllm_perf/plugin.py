@@ -122,10 +122,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     problems: list[str] = []
     # every profile a selected test runs under: a broken profiles/default.yaml (read
     # only here, since a project's other test runs need no profile) fails before a boot
+    loaded: dict[str, Profile] = {}
     for name in dict.fromkeys(_profile_of(item) for item in items):
         if name is not None:
             try:
-                settings.load_profile(name)
+                loaded[name] = settings.load_profile(name)
             except pytest.UsageError as exc:
                 problems.append(str(exc))
     for item in items:
@@ -136,7 +137,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         problems += stored_baselines(item, settings)
     if not problems and not config.option.collectonly:  # the engine's own parser, once
         # every file is known to be sound
-        problems += config.stash[POOL].check_engine_args(_servers_wanted(items, settings))
+        wanted = _servers_wanted(items, settings, loaded)
+        problems += config.stash[POOL].check_engine_args(wanted)
     if problems:
         raise pytest.UsageError("\n".join(problems))
     # the A/B tests share the run's A/B false-alarm budget, the others the stored one
@@ -157,18 +159,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _servers_wanted(
-    items: list[pytest.Item], settings: options.Settings
+    items: list[pytest.Item], settings: options.Settings, loaded: dict[str, Profile]
 ) -> list[tuple[Profile, str | None]]:
-    """Every (profile, interpreter) a selected test will boot: its own profile, and in
-    an A/B run the base side's, unless the marker pins the test to a profile."""
+    """Every (profile, interpreter) the selected tests will boot: each one's profile
+    (``loaded``: by name), and in an A/B run the base side's of those it judges."""
+    judged = {_profile_of(item) for item in items if settings.ab and _judged_ab(item)}
     wanted: list[tuple[Profile, str | None]] = []
-    for item in items:
-        name = _profile_of(item)
-        if name is None:
-            continue
-        wanted.append((settings.load_profile(name), None))
-        mark = item.get_closest_marker("vllm_perf")
-        if settings.ab and not (mark and mark.kwargs.get("profile")):
+    for name, profile in loaded.items():
+        wanted.append((profile, None))
+        if name in judged:
             wanted.append((settings.base_profile(name)[0], settings.ab_python))
     return wanted
 
@@ -179,16 +178,20 @@ def _perf_tests(items: list[pytest.Item]) -> int:
 
 
 def _ab_tests(items: list[pytest.Item]) -> int:
-    """The perf tests an A/B run judges A against B: those not pinned to a profile by
-    their marker (a pinned test runs normally)."""
-    count = 0
-    for item in items:
-        mark = item.get_closest_marker("vllm_perf")
-        if "vllm_perf" in getattr(item, "fixturenames", ()) and not (
-            mark and mark.kwargs.get("profile")
-        ):
-            count += 1
-    return count
+    """The perf tests an A/B run judges A against B."""
+    return sum(_judged_ab(item) for item in items)
+
+
+def _pinned(node: pytest.Item) -> bool:
+    """Whether the test's marker pins it to a profile (an A/B run leaves it alone)."""
+    mark = node.get_closest_marker("vllm_perf")
+    return bool(mark and mark.kwargs.get("profile"))
+
+
+def _judged_ab(item: pytest.Item) -> bool:
+    """Whether an A/B run judges this test A against B: a perf test (the ``vllm_perf``
+    fixture) not pinned to a profile by its marker (a pinned test runs normally)."""
+    return "vllm_perf" in getattr(item, "fixturenames", ()) and not _pinned(item)
 
 
 def _profile_of(item: pytest.Item) -> str | None:
@@ -223,8 +226,7 @@ def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iter
     base: ServerHandle | Callable[[], ServerHandle] | None = None
     candidate: Callable[[], ServerHandle] | None = None
     failure, note = "", ""
-    mark = request.node.get_closest_marker("vllm_perf")
-    if settings.ab and not (mark and mark.kwargs.get("profile")):
+    if settings.ab and not _pinned(request.node):
         # A/B: the base side's server, kept up beside the candidate's (its own slot),
         # or booted in turn with it on one slot (--vllm-ab-mode=sequential); a test
         # pinned to a profile by its marker is not part of the comparison

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,9 +180,7 @@ def verdict_line(outcomes: Sequence[Outcome], wall_s: float, gpus: int) -> str:
         more = f" and {len(failing) - 4} more" if len(failing) > 4 else ""
         head = f"FAIL: {len(failing)} of {len(outcomes)} results: {'; '.join(shown)}{more}"
     else:
-        counts: dict[str, int] = {}
-        for o in outcomes:
-            counts[verdict(o)] = counts.get(verdict(o), 0) + 1
+        counts = Counter(verdict(o) for o in outcomes)
         words = ", ".join(f"{n} {word}" for word, n in sorted(counts.items()))
         head = f"PASS: {len(outcomes)} results ({words})"
     return f"vLLM perf {head}; {minutes}"

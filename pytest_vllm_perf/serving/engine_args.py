@@ -95,13 +95,15 @@ def _run_check(
     return {str(k): str(v) for k, v in found.items()}
 
 
-def reject_lines(candidates: Sequence[Candidate], memo_dir: Path, progress: Progress) -> list[str]:
+def reject_lines(candidates: Sequence[Candidate], memo: Path, progress: Progress) -> list[str]:
     """One line per profile whose flags the serving vLLM's parser rejects, naming the
-    profile's file and key; [] when all parse (or could not be checked, said as progress)."""
+    profile's file and key; [] when all parse (or could not be checked, said as progress).
+    ``memo``: the folder of accepted command lines (``memo_dir()``)."""
     pending: dict[tuple[str, tuple[str, ...]], dict[str, Candidate]] = {}
     for c in candidates:
-        if not (memo_dir / _key(c.spec)).is_file():
-            pending.setdefault((c.spec.python, c.spec.launcher), {})[_key(c.spec)] = c
+        key = _key(c.spec)
+        if not (memo / key).is_file():
+            pending.setdefault((c.spec.python, c.spec.launcher), {})[key] = c
     problems: list[str] = []
     for (python, launcher), group in pending.items():
         lines = {key: list(c.spec.engine_argv) for key, c in group.items()}
@@ -118,5 +120,5 @@ def reject_lines(candidates: Sequence[Candidate], memo_dir: Path, progress: Prog
                 problems.append(f"{c.profile.path}: {where}: vLLM's argument parser: {message}")
             else:
                 with contextlib.suppress(OSError):  # unwritable: checked again next time
-                    atomic.write_text(memo_dir / key, "accepted\n")
+                    atomic.write_text(memo / key, "accepted\n")
     return problems

@@ -253,19 +253,24 @@ def pass_metrics(workload: Workload, p: PassRecord) -> dict[str, float]:
     return out
 
 
+def _counter_totals(passes: Sequence[PassRecord], keys: Sequence[str]) -> list[float] | None:
+    """Each counter delta of ``keys`` summed over ``passes`` (NaN where a read failed),
+    or None unless every pass has every one (the server exports none of them)."""
+    if not passes or not all(k in p.counters for p in passes for k in keys):
+        return None
+    return [math.fsum(p.counters[k] for p in passes) for k in keys]
+
+
 def _server_means(passes: Sequence[PassRecord]) -> dict[str, float]:
     """The engine's mean TTFT, ITL, TPOT and queue time over ``passes``, in ms, from its
-    histograms' sum and count deltas (absent where the server exports a histogram in
-    none of the passes; NaN where a read failed or nothing was observed)."""
+    histograms' sum and count deltas (absent unless every pass has them; NaN where a
+    read failed or nothing was observed)."""
     out: dict[str, float] = {}
     for key, (hist, _) in SERVER_MEANS.items():
-        sums = [p.counters.get(f"{hist}_sum") for p in passes]
-        counts = [p.counters.get(f"{hist}_count") for p in passes]
-        if not passes or any(v is None for v in (*sums, *counts)):
-            continue
-        total = math.fsum(v for v in sums if v is not None)
-        n = math.fsum(v for v in counts if v is not None)
-        out[key] = 1000 * total / n if n > 0 else math.nan
+        totals = _counter_totals(passes, (f"{hist}_sum", f"{hist}_count"))
+        if totals is not None:
+            total, n = totals
+            out[key] = 1000 * total / n if n > 0 else math.nan
     return out
 
 
@@ -273,11 +278,10 @@ def _prefix_hit_rate(passes: Sequence[PassRecord]) -> dict[str, float]:
     """Prompt tokens the prefix cache served over those looked up, over ``passes``
     (absent when the server exports no prefix-cache counters; 0 when it looked nothing
     up, as with prefix caching off: nothing was served from the cache)."""
-    keys = ("prefix_cache_queries", "prefix_cache_hits")
-    if not passes or not all(k in p.counters for p in passes for k in keys):
+    totals = _counter_totals(passes, ("prefix_cache_queries", "prefix_cache_hits"))
+    if totals is None:
         return {}
-    queries = sum(p.counters["prefix_cache_queries"] for p in passes)
-    hits = sum(p.counters["prefix_cache_hits"] for p in passes)
+    queries, hits = totals
     if math.isnan(queries) or math.isnan(hits):  # a read failed: never 0 by accident
         return {"prefix_cache_hit_rate": math.nan}
     return {"prefix_cache_hit_rate": hits / queries if queries > 0 else 0.0}
