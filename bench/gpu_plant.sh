@@ -5,8 +5,11 @@
 #      against its parent: must fail;
 #   2. aa: the same commit against itself: must pass;
 #   3. l33: 33 layers (about x1.03) against the 32-layer commit: reported with its
-#      interval (the goal: it fails too).
-# Usage: [TESTS=EXPR] [MAX_PAIRS=N] bash bench/gpu_plant.sh [l34] [aa] [l33]
+#      interval (the goal: it fails too);
+#   warm: boots both shapes of l34 (32 and 34 layers) once, through the same gate with a
+#      one-second test, so that the compile cache is warm for a following l34 (issue
+#      acceptance: GPU minutes with a warm cache); its own minutes are stated apart.
+# Usage: [TESTS=EXPR] [MAX_PAIRS=N] bash bench/gpu_plant.sh [warm] [l34] [aa] [l33]
 # Each is `prgate examples --base REV --profiles plant --stored ''` on the example tests
 # that `-k "$TESTS"` selects (default `decode`; `decode or interference` for both), both
 # servers resident, memory split, passes alternated ABBA, the sequential A/B decision
@@ -32,14 +35,21 @@ plant() {  # LAYERS (empty: none)
   fi
 }
 plant ""
+# the warm-up's test: booting is the point, so its load is one second of two short streams
+mkdir -p warm
+printf '%s\n' 'def test_warm(vllm_perf):' \
+  '    vllm_perf.run("decode", duration_s=1, chat={"users": 2, "prompt_tokens": 16, "output_tokens": 16})' \
+  > warm/test_warm.py
 git_ init -q && git_ add -A && git_ commit -qm "32 layers" || exit 1
 plant 34
 git_ commit -qam "34 layers" || exit 1
 
-step() {  # NAME BASE
-  local name=$1 base=$2 started=$SECONDS
-  python3 -m pytest_vllm_perf.prgate examples --base "$base" --profiles plant --stored '' \
-    --out "$out/$name" -- -k "${TESTS:-decode}" --vllm-ab-max-pairs="${MAX_PAIRS:-16}" \
+step() {  # NAME BASE [PATH [-k EXPR]]
+  local name=$1 base=$2 path=${3:-examples} started=$SECONDS
+  local select=(-k "${TESTS:-decode}")
+  [ "$path" = examples ] || select=()
+  python3 -m pytest_vllm_perf.prgate "$path" --base "$base" --profiles plant --stored '' \
+    --out "$out/$name" -- "${select[@]}" --vllm-ab-max-pairs="${MAX_PAIRS:-16}" \
     "${common[@]}" 2>&1 | tee "$out/$name.log"
   echo "$name: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/times.txt"
 }
@@ -47,6 +57,7 @@ step() {  # NAME BASE
 steps=${*:-l34 aa l33}
 for name in $steps; do
   case $name in
+  warm) MAX_PAIRS=8 step warm HEAD~1 warm ;;
   l34) step l34 HEAD~1 ;;
   aa) step aa HEAD ;;
   l33) plant 33 && git_ commit -qam "33 layers" && step l33 HEAD~2 ;;
