@@ -299,3 +299,32 @@ def test_13_a_class_bursty_in_every_pass_fails_the_all_request_metrics_it_left()
     for key in ("itl_p99_ms", "tpot_mean_ms"):
         assert found[key].verdict is Verdict.REGRESSED, found[key]
         assert "8 of 8 current passes against 0 of 8" in found[key].basis
+
+
+def test_14_no_current_pass_measured_what_a_half_bursty_baseline_did():
+    """A baseline that streamed in bursts in 4 of its 8 passes, and a current run bursty in
+    all 8 (TTFT x12 there): Fisher's p=0.038 is short of the rule's level, so ITL p50 was
+    ``inconclusive`` with nothing measured on the current side, and the test passed. A
+    gated metric that no current pass measured, where the baseline's did, now fails with
+    the counts, as an unreadable counter does: under an A/A it takes every current pass
+    bursty (at one pass in eight, 8**-8)."""
+    decode = workloads.named("decode")
+
+    def chat(k: int, gap: float, ttft: float = 0.01) -> PassRecord:
+        return PassRecord(tuple(req("chat", gap, 40, i * 0.1, ttft) for i in range(30)), 4.0,
+                          index=k)  # fmt: skip
+
+    half = passes(decode, [chat(k, 0.00001) if k % 2 else chat(k, 0.003) for k in range(8)])
+    every = passes(decode, [chat(k, 0.00001, ttft=0.12) for k in range(8)])
+    look = sequential.Design().looks()[0]
+    gate = tuple(decode.gate)
+    for kw in ({}, {"pair": True}, {"look": look}):
+        found = judge(half, every, gate, **kw)["itl_p50_ms"]
+        assert found.verdict is Verdict.REGRESSED and found.gated, (kw, found)
+        assert found.basis.startswith("no current pass measured it"), found.basis
+        assert "8 of 8 current passes against 4 of 8 baseline passes" in found.basis
+    # seven of eight bursty leaves one measured pass: judged (not failed) on that one
+    seven = passes(decode, [chat(k, 0.003) if k == 0 else chat(k, 0.00001) for k in range(8)])
+    assert judge(half, seven, gate, look=look)["itl_p50_ms"].verdict is not Verdict.REGRESSED
+    # a baseline bursty in every pass measured nothing either: nothing to fail against
+    assert judge(every, every, gate)["itl_p50_ms"].verdict is Verdict.INCONCLUSIVE
