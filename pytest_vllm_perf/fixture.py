@@ -151,7 +151,15 @@ class PerfFixture:
             base, candidate = self.base_server, self._candidate_boot or self.server
             found = _reported(
                 lambda: measure.capacity_ab(
-                    base, candidate, load, slo, cls, tolerance, max_passes, self._progress
+                    base,
+                    candidate,
+                    load,
+                    slo,
+                    cls,
+                    tolerance,
+                    max_passes,
+                    self._progress,
+                    alpha=settings.ab_alpha,
                 )
             )
         else:
@@ -171,6 +179,7 @@ class PerfFixture:
                     settings.save_mode,
                     tolerance,
                     settings.gate_other_release,
+                    alpha=settings.stored_alpha,
                 )
             )
         line = found.line()

@@ -221,9 +221,11 @@ def judged(verdict: MetricVerdict) -> str:
     """``capacity_rps x0.880 (95% CI x0.85..x0.91), regressed at 10%``."""
     if math.isnan(verdict.low):
         return f"{verdict.metric} {verdict.verdict}: {verdict.basis}"
+    # a test whose share of the run's budget is below the interval's own tail says so
+    level = f", one-sided level {verdict.level:.3g}" if verdict.level < capacity.ALPHA else ""
     return (
         f"{verdict.metric} x{verdict.ratio:.3f} (95% CI x{verdict.low:.3f}.."
-        f"x{verdict.high:.3f}), {verdict.verdict} at {verdict.tolerance:.0%}"
+        f"x{verdict.high:.3f}), {verdict.verdict} at {verdict.tolerance:.0%}{level}"
     )
 
 
@@ -302,9 +304,11 @@ def capacity_gate(
     mode: SaveMode = SaveMode.COMPARE,
     tolerance: float = 0.1,
     gate_other_release: bool = False,
+    alpha: float = STORED_ALPHA,
 ) -> CapacityRun:
     """A capacity search judged against its stored baseline at ``tolerance``, or saved
-    as it (``gate.capacity``)."""
+    as it (``gate.capacity``); ``alpha``: the test's one-sided false-alarm bound, its
+    share of --vllm-stored-run-alpha."""
     stored = gate.capacity(
         test_id,
         found.search,
@@ -315,6 +319,7 @@ def capacity_gate(
         tolerance,
         mode,
         gate_other_release,
+        alpha,
     )
     return dataclasses.replace(found, stored=stored)
 
@@ -328,9 +333,11 @@ def capacity_ab(
     tolerance: float = 0.1,
     max_passes: int = 30,
     progress: Progress | None = None,
+    alpha: float = DEFAULT_ALPHA,
 ) -> CapacityRun:
     """Both sides' capacity under one SLO and the verdict on their ratio at
-    ``tolerance``. Resident sides (two handles) search pass by pass in turn, ABBA
+    ``tolerance``, ``regressed`` at one-sided level ``alpha`` (an A/B test's, or its
+    share of --vllm-ab-run-alpha). Resident sides (two handles) search pass by pass in turn, ABBA
     (``capacity.interleave``); sides booted in turn (two callables,
     ``--vllm-ab-mode=sequential``) search one after the other, base first, so that
     each side boots once."""
@@ -349,7 +356,7 @@ def capacity_ab(
         found = {side: capacity.interleave({side: steps()}, trials)[side] for side in sources}
     else:
         found = capacity.interleave({side: steps() for side in sources}, trials)
-    verdict = capacity.judge(found["base"], found["candidate"], tolerance)
+    verdict = capacity.judge(found["base"], found["candidate"], tolerance, alpha)
     return CapacityRun(
         found["candidate"],
         target.name,

@@ -29,7 +29,9 @@ ratio with a 95% interval on the log scale: each fit's standard error of log cap
 (the delta method's, or Fieller's half-width where that is wider) in quadrature, with
 Student's t on Welch-Satterthwaite's degrees of freedom. ``interleave`` alternates the
 two sides' searches pass by pass. Seeded coverage of the ratio: 0.93-0.98
-(``bench/results/capacity_coverage.md``).
+(``bench/results/capacity_coverage.md``). ``regressed`` is a one-sided test at the
+test's share of the run's false-alarm budget (``alpha``): the interval's upper bound at
+1 - alpha below 1 / (1 + tolerance); at the default 2.5% that is the 95% interval's.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Final
 import numpy as np
 
 from pytest_vllm_perf.core.records import MetricVerdict, Verdict
+from pytest_vllm_perf.verdict import intervals
 
 __all__ = [
     "METRIC",
@@ -321,7 +324,12 @@ def interleave(
     return found
 
 
-def judge(base: Search, current: Search, tolerance: float) -> MetricVerdict:
+# A capacity verdict's one-sided false-alarm bound when no run budget is shared: the
+# lower tail of the printed 95% interval.
+ALPHA: Final = 0.025
+
+
+def judge(base: Search, current: Search, tolerance: float, alpha: float = ALPHA) -> MetricVerdict:
     """The capacity of ``current`` against ``base``: their ratio with a 95% interval,
     and a verdict at ``tolerance`` (capacity is better higher).
 
@@ -330,8 +338,11 @@ def judge(base: Search, current: Search, tolerance: float) -> MetricVerdict:
     (``bench/capacity_coverage.py`` checks its coverage). ``regressed`` when the whole
     interval lies below 1 / (1 + tolerance), so a true change equal to the tolerance is
     flagged at most 2.5% of the time; ``unchanged`` when it lies within the tolerance.
-    A side without a bounded fit is ``inconclusive``, except a current side at which
-    no pass held the SLO while the base's did: that is ``regressed``, not hidden."""
+    ``alpha`` below 2.5% (the test's share of a run's budget) asks the one-sided
+    bound at 1 - alpha to lie below it as well, so that capacity tests spend the run's
+    budget as metric tests do. A side without a bounded fit is ``inconclusive``, except
+    a current side at which no pass held the SLO while the base's did: that is
+    ``regressed``, not hidden."""
     b, c = base.capacity, current.capacity
     point = (c.rps if c else math.nan) / (b.rps if b else math.nan)
     if base.held > 0 and current.held == 0:
@@ -341,20 +352,35 @@ def judge(base: Search, current: Search, tolerance: float) -> MetricVerdict:
             f"{base.held:.3g} req/s",
         )  # fmt: skip
     if not (base.resolved and current.resolved and b and c):
-        return _joint(base, current, tolerance, point)
+        return _joint(base, current, tolerance, point, alpha)
     var_b, var_c = b.log_se**2, c.log_se**2
     df = (var_b + var_c) ** 2 / (var_b**2 / b.df + var_c**2 / c.df)
-    half = t_975(max(1, math.floor(df))) * math.sqrt(var_b + var_c)
+    se = math.sqrt(var_b + var_c)
+    half = t_975(max(1, math.floor(df))) * se
     ratio = c.rps / b.rps
     low, high = ratio * math.exp(-half), ratio * math.exp(half)
-    basis = f"fits of {b.passes} and {c.passes} passes, Welch df {df:.1f}"
-    verdict = _verdict(low, high, tolerance)
-    return MetricVerdict(METRIC, b.rps, c.rps, ratio, low, high, tolerance, verdict, basis)
+    strict = ratio * math.exp(_t_one_sided(alpha, max(1, math.floor(df))) * se)
+    basis = f"fits of {b.passes} and {c.passes} passes, Welch df {df:.1f}{_level(alpha)}"
+    verdict = _verdict(low, high, tolerance, strict)
+    return MetricVerdict(
+        METRIC, b.rps, c.rps, ratio, low, high, tolerance, verdict, basis, level=alpha
+    )
 
 
-def _verdict(low: float, high: float, tolerance: float) -> Verdict:
+def _t_one_sided(alpha: float, df: int) -> float:
+    """The upper 1 - ``alpha`` quantile of Student's t: the 0.975 table at the default."""
+    return t_975(df) if alpha >= ALPHA else intervals.t_quantile(1 - alpha, df)
+
+
+def _level(alpha: float) -> str:
+    return "" if alpha >= ALPHA else f", regressed at one-sided level {alpha:.3g}"
+
+
+def _verdict(low: float, high: float, tolerance: float, strict: float | None = None) -> Verdict:
+    """The verdict of a 95% interval; ``strict``: the upper bound at the test's own
+    one-sided level, which ``regressed`` needs below the floor too."""
     floor, ceiling = 1 / (1 + tolerance), 1 + tolerance
-    if high < floor:
+    if high < floor and (strict is None or strict < floor):
         return Verdict.REGRESSED
     if low > ceiling:
         return Verdict.IMPROVED
@@ -363,7 +389,9 @@ def _verdict(low: float, high: float, tolerance: float) -> Verdict:
     return Verdict.INCONCLUSIVE
 
 
-def _joint(base: Search, current: Search, tolerance: float, point: float) -> MetricVerdict:
+def _joint(
+    base: Search, current: Search, tolerance: float, point: float, alpha: float = ALPHA
+) -> MetricVerdict:
     """When a side's own fit is unbounded: both sides' passes in one fit with a common
     slope, ``log m = a_side + b log r``, so the log ratio of capacities is
     ``(a_base - a_current) / b`` and Fieller's interval applies to it. A noisy side
@@ -410,7 +438,10 @@ def _joint(base: Search, current: Search, tolerance: float, point: float) -> Met
         return unresolved
     ratio = math.exp(n / d)
     low, high = (math.exp(min(root, 700.0)) for root in roots)
-    basis = f"a side unresolved: joint fit of {len(rows)} passes with a common slope"
+    # the one-sided bound at the test's level: Fieller's interval at t(1 - alpha)
+    strict_roots = _fieller(n, d, vnn, vnd, vdd, _t_one_sided(alpha, dof) ** 2)
+    strict = math.inf if strict_roots is None else math.exp(min(strict_roots[1], 700.0))
+    basis = f"a side unresolved: joint fit of {len(rows)} passes with a common slope{_level(alpha)}"
     return MetricVerdict(
         METRIC,
         base.capacity.rps if base.capacity else math.nan,
@@ -419,6 +450,7 @@ def _joint(base: Search, current: Search, tolerance: float, point: float) -> Met
         low,
         high,
         tolerance,
-        _verdict(low, high, tolerance),
+        _verdict(low, high, tolerance, strict),
         basis,
+        level=alpha,
     )

@@ -251,11 +251,13 @@ def capacity(
     tolerance: float,
     mode: SaveMode = SaveMode.COMPARE,
     gate_other_release: bool = False,
+    alpha: float = capacity_stats.ALPHA,
 ) -> CapacityGate:
     """Save a capacity search as the baseline, or judge it against the stored one
     (``capacity.judge``). A search keeps one boot: ``add-boot`` saves it as well. A
     stored search under another SLO or workload is not compared; one of another model
-    or vLLM release is compared and not gated, as a workload baseline is."""
+    or vLLM release is compared and not gated, as a workload baseline is. ``alpha``:
+    the test's one-sided false-alarm bound (its share of the run's stored budget)."""
     env = provenance.environment
     path = baseline.capacity_path(root, env.hardware_class, test_id, provenance.profile)
     if mode is not SaveMode.COMPARE:
@@ -275,7 +277,7 @@ def capacity(
             stored,
             note="the workload or SLO differs from the baseline's: not compared",
         )
-    verdict = capacity_stats.judge(stored, found, tolerance)
+    verdict = capacity_stats.judge(stored, found, tolerance, alpha)
     reported = _reported_only(
         data.get("environment", {}), env.model, env.vllm_version, gate_other_release
     )
