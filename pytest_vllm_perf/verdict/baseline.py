@@ -38,7 +38,7 @@ from pytest_vllm_perf.core.records import Measurement, PassRecord, Provenance, R
 from pytest_vllm_perf.core.registry import from_bench_serve_key
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
 from pytest_vllm_perf.verdict import capacity, stats
-from pytest_vllm_perf.verdict.compare import Passes
+from pytest_vllm_perf.verdict.compare import MAX_BOOTS, Passes
 
 __all__ = [
     "CAPACITY_SCHEMA",
@@ -64,7 +64,6 @@ __all__ = [
 
 SCHEMA: Final = 3  # 3: per-pass metrics grouped by boot; 2 (raw passes) and 1 are still read
 READABLE: Final = (1, 2, 3)
-MAX_BOOTS: Final = 8  # the oldest boot is dropped beyond this
 QUANTILES: Final = (0, 1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9, 100)
 
 

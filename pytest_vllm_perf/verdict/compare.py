@@ -213,6 +213,27 @@ def drift_allowance(boot_logs: Sequence[np.ndarray]) -> float:
     return drift_factor(len(medians)) * float(np.std(medians, ddof=1))
 
 
+# the newest boots a baseline keeps (``baseline.add_boot`` drops the oldest beyond it)
+MAX_BOOTS: Final = 8
+
+
+def boots_needed(boot_logs: Sequence[np.ndarray], tolerance: float) -> str:
+    """What an allowance wider than the tolerance leaves: the smallest change that can
+    fail now, and with more boots of the same spread. Two boots x1.08 apart allow x2.3,
+    so a TPOT x1.3 is ``inconclusive`` at the interval's 95% coverage, and the line
+    said nothing of why (tests/unit/test_verdict_holes.py)."""
+    sd = float(np.std([float(np.median(x)) for x in boot_logs], ddof=1))
+    tol = math.log1p(tolerance)
+
+    def floor(boots: int) -> str:
+        return f"x{math.exp(tol + drift_factor(boots) * sd):.3g}"
+
+    more = [k for k in (4, MAX_BOOTS) if k > len(boot_logs)]
+    then = ", ".join(f"{k} boots of this spread beyond {floor(k)}" for k in more)
+    now = f"wider than the tolerance: only a change beyond about {floor(len(boot_logs))} can fail"
+    return f"{now}; {then} (--vllm-add-boot)" if then else now
+
+
 def fisher_greater(k_cur: int, n_cur: int, k_base: int, n_base: int) -> float:
     """One-sided exact p that the current side's share (``k_cur`` of ``n_cur``) is the
     larger: Fisher's test, P(X >= k_cur) for the hypergeometric X."""
@@ -383,6 +404,8 @@ def _measured(
         method = f"{len(base_logs)} vs {len(cur_logs)} passes"
     if len(base) > 1:
         method += f", {len(base)} baseline boots, drift allowance x{math.exp(drift):.3f}"
+        if drift > math.log1p(tolerance):
+            method += f" ({boots_needed(logs, tolerance)})"
     if ranked:
         method += f", {ranked} infinite value(s) (failed requests) ranked above all others"
     shift, low, high = (_unranked(x) for x in (est.shift, est.low, est.high))
