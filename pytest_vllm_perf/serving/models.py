@@ -79,7 +79,8 @@ class ModelPreset:
         }
 
 
-# Small enough to boot in ~35 s on two CPU cores; 8192 context so real profiles fit.
+# Small enough to boot in 25-50 s on two CPU cores (the "ready at" lines of
+# bench/results/cpu/demo-ab.txt, burst-ab-tiny.txt); 8192 context so real profiles fit.
 TINY = ModelPreset("tiny-llama", 256, 512, 2, 4, 4, 8192, 4096)
 # The CPU demo's model: a decode step of 10-16 ms on one core (bench/results/cpu/
 # burst_presets.md), slow enough that the engine, not a starved API server, paces the

@@ -6,6 +6,7 @@ reaches a file and a heading that exist."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,55 @@ def test_the_default_tolerances_are_stated_as_the_code_has_them():
         assert [int(x) for x in found.groups()] == [
             round(100 * tol[k]) for k in keys[: len(found.groups())]
         ], platform
+
+
+def _all_docs() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in (README, *DOCS))
+
+
+def test_no_table_row_is_stated_in_two_documents():
+    """The embedded models' table was in docs/architecture.md and docs/reference.md, and
+    the first had lost a preset and kept a boot time the second had changed: a table
+    lives in one document, and the others link to it."""
+    rows = [
+        line
+        for line in _all_docs().splitlines()
+        if line.startswith("|") and not re.fullmatch(r"[|\s:-]+", line)
+    ]
+    assert len(rows) > 50  # the check sees the tables at all
+    twice = sorted(r for r, n in Counter(rows).items() if n > 1)
+    assert not twice, f"table rows stated twice: {twice}"
+
+
+def _first_look_wall() -> str:
+    """``4 min 11 s``: pytest's own time in the first look's committed output."""
+    text = (ROOT / "bench/results/cpu/demo-first-look.txt").read_text(encoding="utf-8")
+    h, m, s = re.findall(r"passed.* in [\d.]+s \((\d+):(\d+):(\d+)\)", text)[-1]
+    return f"{int(h) * 60 + int(m)} min {int(s)} s"
+
+
+def _warm_pull_request_minutes() -> str:
+    """``11.5``: the GPU minutes prgate stated for the warm 34-layer pull request."""
+    text = (ROOT / "bench/results/h200/plant-warm/l34/summary.md").read_text(encoding="utf-8")
+    return re.findall(r"Total: [\d.]+ min wall, ([\d.]+) GPU minutes", text)[0]
+
+
+# A figure that several documents state: where each states it, and where it was measured.
+STATED_TWICE = (
+    ("the first look's time", r"(\d+ min \d+ s)\s*\(`/usr/bin/time make demo`", _first_look_wall),
+    (
+        "the warm 34-layer pull request's GPU minutes",
+        r"(?:warm compile cache[^|]{0,200}?in (\d+\.\d) GPU minutes"
+        r"|(\d+\.\d) GPU minutes with a warm compile cache"
+        r"|warm compile cache, measured as one run[^|]*\| (\d+\.\d) GPU minutes)",
+        _warm_pull_request_minutes,
+    ),
+)
+
+
+@pytest.mark.parametrize(("what", "pattern", "measured"), STATED_TWICE, ids=lambda x: str(x)[:20])
+def test_a_figure_stated_in_several_documents_is_the_measured_one(what, pattern, measured):
+    text = re.sub(r"\s+", " ", _all_docs())
+    found = [next(g for g in m.groups() if g) for m in re.finditer(pattern, text)]
+    assert len(found) >= 2, f"{what}: stated {len(found)} time(s); the check no longer sees it"
+    assert set(found) == {measured()}, f"{what}: stated {found}, measured {measured()}"
