@@ -45,8 +45,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-compile --disable-pip-version-check uv \
 	  && $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python \
 	    --index-strategy unsafe-best-match \
-	    $$($(BIN)/python scripts/pip_to_uv.py) -e '.[cpu,plots,dev]' \
-	  || $(BIN)/pip install -q --disable-pip-version-check -e '.[cpu,plots,dev]' \
+	    $$($(BIN)/python scripts/pip_to_uv.py) -e '.[cpu,plots,dev,history]' \
+	  || $(BIN)/pip install -q --disable-pip-version-check -e '.[cpu,plots,dev,history]' \
 	  || { echo "$(TORCH_HINT)" >&2; exit 1; }
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	$(BIN)/python -c "import vllm, pytest_vllm_perf; print('vllm', vllm.__version__)"

@@ -23,6 +23,7 @@ COMMANDS: Final[dict[str, tuple[str, tuple[str, ...], str]]] = {
     "prgate": ("pytest_vllm_perf.prgate", (), "gate a pull request: A/B against its base"),
     "bisect": ("pytest_vllm_perf.bisect", (), "the first vLLM release where a workload regressed"),
     "crosscheck": ("pytest_vllm_perf.crosscheck", (), "this client against vllm bench serve"),
+    "history": ("pytest_vllm_perf.history", (), "the run history and its change points (Otava)"),
     "reference": ("pytest_vllm_perf.reference", (), "regenerate docs/reference.md's tables"),
 }
 

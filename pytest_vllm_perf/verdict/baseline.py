@@ -30,8 +30,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Final
 
-import numpy as np
-
 from pytest_vllm_perf.core import atomic, redact
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import Measurement, PassRecord, Provenance, RequestRecord
@@ -39,6 +37,7 @@ from pytest_vllm_perf.core.registry import from_bench_serve_key
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
 from pytest_vllm_perf.verdict import capacity, stats
 from pytest_vllm_perf.verdict.compare import MAX_BOOTS, Passes
+from pytest_vllm_perf.verdict.intervals import Floats
 
 __all__ = [
     "CAPACITY_SCHEMA",
@@ -50,6 +49,7 @@ __all__ = [
     "capacity_document",
     "capacity_path",
     "check_stored",
+    "commit_info",
     "document",
     "find_other_hardware",
     "from_report",
@@ -199,7 +199,7 @@ def _json(value: float) -> float | str:
     return round(value, 6)
 
 
-def _quantiles(values: Sequence[float] | np.ndarray) -> list[float | str] | None:
+def _quantiles(values: Sequence[float] | Floats) -> list[float | str] | None:
     if not len(values):
         return None
     return [_json(stats.percentile(values, q) * 1000) for q in QUANTILES]
@@ -239,7 +239,7 @@ def _boot_entry(result: Measurement, provenance: Provenance) -> dict[str, Any]:
         "environment": provenance.environment.to_dict(),
         "engine": {"argv": list(provenance.engine_argv), "notes": list(provenance.engine_notes)},
         "machine_info": _machine_info(),
-        "commit_info": _commit_info(),
+        "commit_info": commit_info(),
         "plugin_version": _plugin_version(),
         "passes": passes,
     }
@@ -374,7 +374,7 @@ def _machine_info() -> dict[str, Any]:
     }
 
 
-def _commit_info() -> dict[str, Any]:
+def commit_info() -> dict[str, Any]:
     """The git commit the run came from: id, branch, whether the tree had changes, and the
     commit time; ``None`` values outside a git checkout or without git."""
 
@@ -444,7 +444,7 @@ def capacity_document(
             "slo": dict(slo),
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "environment": provenance.environment.to_dict(),
-            "commit_info": _commit_info(),
+            "commit_info": commit_info(),
             "search": {
                 "rates": [_json(r) for r in found.rates],
                 "margins": [_json(m) for m in found.margins],

@@ -58,6 +58,7 @@ import numpy as np
 from pytest_vllm_perf.core.records import MetricVerdict, PassRecord, RequestRecord, Verdict
 from pytest_vllm_perf.core.registry import LATENCIES, METRICS, split_key, tolerance_for
 from pytest_vllm_perf.verdict import intervals, sequential, stats
+from pytest_vllm_perf.verdict.intervals import Floats
 
 __all__ = [
     "MIN_PAIRS",
@@ -104,7 +105,7 @@ class Passes:
     durations: tuple[float, ...]
     records: tuple[PassRecord, ...] = ()
 
-    def values(self, key: str) -> np.ndarray:
+    def values(self, key: str) -> Floats:
         return np.array([m.get(key, math.nan) for m in self.metrics], dtype=float)
 
     def measured(self, key: str) -> Passes:
@@ -171,7 +172,7 @@ class _Result:
     suspect: str = ""
 
 
-def _transform(key: str, values: np.ndarray, pseudo_rate: float) -> np.ndarray:
+def _transform(key: str, values: Floats, pseudo_rate: float) -> Floats:
     """Log values; counter rates get ``pseudo_rate`` (one event per typical pass) added
     first. The same pseudo-rate on both sides: one event per each pass's own length
     made 0 preemptions against 0 a x1.94 "regression" when one side's passes drained
@@ -179,11 +180,11 @@ def _transform(key: str, values: np.ndarray, pseudo_rate: float) -> np.ndarray:
     if METRICS[split_key(key)[1]].statistic == "counter rate":
         values = values + pseudo_rate
     with np.errstate(divide="ignore", invalid="ignore"):
-        logs: np.ndarray = np.log(values)
+        logs: Floats = np.log(values)
     return logs
 
 
-def _usable(logs: np.ndarray) -> bool:
+def _usable(logs: Floats) -> bool:
     return len(logs) >= 1 and bool(np.all(np.isfinite(logs)))
 
 
@@ -204,7 +205,7 @@ def drift_factor(boots: int) -> float:
     return t * math.sqrt(1 + 1 / boots)
 
 
-def drift_allowance(boot_logs: Sequence[np.ndarray]) -> float:
+def drift_allowance(boot_logs: Sequence[Floats]) -> float:
     """The log-scale drift a new boot may show against the stored boots' mean
     (``drift_factor`` standard deviations of the boot medians); 0 for one boot."""
     medians = [float(np.median(x)) for x in boot_logs]
@@ -217,7 +218,7 @@ def drift_allowance(boot_logs: Sequence[np.ndarray]) -> float:
 MAX_BOOTS: Final = 8
 
 
-def boots_needed(boot_logs: Sequence[np.ndarray], tolerance: float) -> str:
+def boots_needed(boot_logs: Sequence[Floats], tolerance: float) -> str:
     """What an allowance wider than the tolerance leaves: the smallest change that can
     fail now, and with more boots of the same spread. Two boots x1.08 apart allow x2.3,
     so a TPOT x1.3 is ``inconclusive`` at the interval's 95% coverage, and the line
@@ -413,7 +414,7 @@ def _measured(
 
 
 def _one_sided(
-    key: str, diffs: np.ndarray, tolerance: float, look: sequential.Look, b_med: float,
+    key: str, diffs: Floats, tolerance: float, look: sequential.Look, b_med: float,
     c_med: float,
 ) -> _Result:  # fmt: skip
     """The A/B decision's figures for paired log ratios ``diffs`` (module ``sequential``):
@@ -450,9 +451,7 @@ def _one_sided(
 _RANK_GAP: Final = 100.0
 
 
-def _rank_infinities(
-    logs: list[np.ndarray], cur_logs: np.ndarray
-) -> tuple[list[np.ndarray], np.ndarray, int]:
+def _rank_infinities(logs: list[Floats], cur_logs: Floats) -> tuple[list[Floats], Floats, int]:
     """``logs`` and ``cur_logs`` with +inf replaced by one value above every finite one
     on either side, and how many were replaced; unchanged when there is none (a
     current side's own infinities were already ruled on by ``_failure``)."""
@@ -463,7 +462,7 @@ def _rank_infinities(
         return logs, cur_logs, 0
     top = float(finite.max()) + _RANK_GAP
 
-    def ranked(x: np.ndarray) -> np.ndarray:
+    def ranked(x: Floats) -> Floats:
         return np.where(np.isposinf(x), top, x)
 
     return [ranked(x) for x in logs], ranked(cur_logs), infinite
@@ -476,12 +475,12 @@ def _unranked(log_ratio: float) -> float:
 
 
 def _pairs(
-    logs: Sequence[np.ndarray],
+    logs: Sequence[Floats],
     base: Sequence[Passes],
     cur: Passes,
-    cur_logs: np.ndarray,
+    cur_logs: Floats,
     needed: int,
-) -> np.ndarray | None:
+) -> Floats | None:
     """Log ratios of current pass k to the baseline boots' mean at pass k, if enough pairs."""
     means: dict[int, list[float]] = {}
     for boot_logs, boot in zip(logs, base, strict=True):

@@ -29,13 +29,15 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 
 __all__ = [
     "CONFIDENCE",
     "Estimate",
+    "Floats",
     "block_bootstrap",
     "can_be_significant",
     "holm",
@@ -49,6 +51,9 @@ __all__ = [
     "unpaired",
     "walsh_interval",
 ]
+
+# float arrays of pass values and their logs, as every verdict module passes them
+Floats: TypeAlias = NDArray[np.floating[Any]]
 
 CONFIDENCE: Final = 0.95
 BOOTSTRAP: Final = 1000
@@ -122,7 +127,7 @@ def can_be_significant(m: int, n: int, alpha: float = 1 - CONFIDENCE) -> bool:
     return 2 * counts[0] / sum(counts) < alpha
 
 
-def unpaired(base: np.ndarray, cur: np.ndarray, margin: float = 0.0) -> Estimate:
+def unpaired(base: Floats, cur: Floats, margin: float = 0.0) -> Estimate:
     """Hodges-Lehmann shift ``cur - base``, exact Mann-Whitney 95% interval and p-value.
 
     The interval is the k-th smallest and k-th largest of the m*n pairwise
@@ -150,7 +155,7 @@ def unpaired(base: np.ndarray, cur: np.ndarray, margin: float = 0.0) -> Estimate
     return _widen(estimate, float(diffs[k - 1]), float(diffs[len(diffs) - k]), p, margin)
 
 
-def paired(diffs: np.ndarray, margin: float = 0.0) -> Estimate:
+def paired(diffs: Floats, margin: float = 0.0) -> Estimate:
     """Hodges-Lehmann shift of paired differences, exact Wilcoxon signed-rank interval and p.
 
     The interval is the k-th smallest and largest of the n(n+1)/2 Walsh averages;
@@ -171,7 +176,7 @@ def paired(diffs: np.ndarray, margin: float = 0.0) -> Estimate:
     return _widen(estimate, float(walsh[k - 1]), float(walsh[len(walsh) - k]), p, margin)
 
 
-def walsh_interval(diffs: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+def walsh_interval(diffs: Floats, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
     """The Hodges-Lehmann estimate of paired differences and its exact signed-rank
     interval at ``confidence`` (unbounded when too few pairs allow none)."""
     n = len(diffs)
@@ -189,13 +194,13 @@ def walsh_interval(diffs: np.ndarray, confidence: float = CONFIDENCE) -> tuple[f
     return estimate, float(walsh[k - 1]), float(walsh[len(walsh) - k])
 
 
-def signed_rank_p(diffs: np.ndarray, upper: bool) -> float:
+def signed_rank_p(diffs: Floats, upper: bool) -> float:
     """One-sided exact p of the signed-rank test that ``diffs`` centre above 0 (``upper``)
     or below it."""
     return _signed_rank_p(diffs, upper)
 
 
-def _signed_rank_p(diffs: np.ndarray, upper: bool) -> float:
+def _signed_rank_p(diffs: Floats, upper: bool) -> float:
     """One-sided exact p of the signed-rank test that ``diffs`` centre above (or below) 0."""
     nonzero = diffs[diffs != 0]
     if not len(nonzero):
@@ -207,7 +212,7 @@ def _signed_rank_p(diffs: np.ndarray, upper: bool) -> float:
     return _at_least(null, math.floor(w_plus)) if upper else _at_most(null, math.ceil(w_plus))
 
 
-def _ranks(values: np.ndarray) -> np.ndarray:
+def _ranks(values: Floats) -> Floats:
     """Ranks 1..n, ties averaged."""
     order = np.argsort(values, kind="stable")
     ranks = np.empty(len(values))
@@ -306,7 +311,7 @@ class MeanShift:
         return self.mean - half, self.mean + half
 
 
-def mean_shift(diffs: np.ndarray) -> MeanShift:
+def mean_shift(diffs: Floats) -> MeanShift:
     """Student's t for the mean of ``diffs`` (two or more)."""
     n = len(diffs)
     if n < 2:

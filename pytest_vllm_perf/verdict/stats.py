@@ -17,6 +17,7 @@ import numpy as np
 from pytest_vllm_perf.core.records import PassRecord, RequestRecord
 from pytest_vllm_perf.core.registry import LATENCIES, METRICS, PERCENTILES, SERVER_MEANS
 from pytest_vllm_perf.core.workload import Workload
+from pytest_vllm_perf.verdict.intervals import Floats
 
 __all__ = [
     "BURSTY",
@@ -32,10 +33,10 @@ __all__ = [
     "window_rates",
 ]
 
-Samples = dict[str, np.ndarray]
+Samples = dict[str, Floats]
 
 
-def percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
+def percentile(values: Sequence[float] | Floats, q: float) -> float:
     """Linear-interpolated percentile (numpy's default) in which infinities stay infinite.
 
     numpy computes ``a + frac * (b - a)``, which is NaN for ``b = inf`` even when
@@ -73,7 +74,7 @@ def samples(records: Iterable[RequestRecord]) -> Samples:
     }
 
 
-def _latency_stats(field: str, seconds: np.ndarray) -> dict[str, float]:
+def _latency_stats(field: str, seconds: Floats) -> dict[str, float]:
     empty = len(seconds) == 0
     out = {f"{field}_mean_ms": (math.nan if empty else float(np.mean(seconds))) * 1000}
     for name, q in PERCENTILES.items():
@@ -169,7 +170,7 @@ def value(name: str, records: Sequence[RequestRecord], duration_s: float) -> flo
     return summarize(records, duration_s)[name]
 
 
-def latency_value(name: str, seconds: np.ndarray) -> float:
+def latency_value(name: str, seconds: Floats) -> float:
     """A latency metric (``ttft_p50_ms``, ``itl_max_ms``, ...) of one array of samples
     in seconds, in milliseconds. The single-pass bootstrap extracts each time block's
     samples once and calls this on their concatenation: taking the samples out of the

@@ -1,0 +1,131 @@
+"""The run history and its change points (``vllm-perf history``): rows from
+``--vllm-json`` reports, appended atomically and once, malformed files named and left
+alone, and Apache Otava's analysis naming the first run after a planted step."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from pytest_vllm_perf import history
+
+ROOT = Path(__file__).resolve().parents[2]
+TEST = "examples/test_decode.py::test_decode"
+
+
+def report(level: float, rng: random.Random, passes: int = 8) -> dict:
+    """A report of one decode result whose step is ``level`` times the base one: ITL
+    p50 and TPOT scale with it, output throughput inversely (1-2% pass noise)."""
+    rows = [
+        {
+            "metrics": {
+                "median_itl_ms": 5.0 * level * math.exp(rng.gauss(0, 0.01)),
+                "mean_tpot_ms": 5.5 * level * math.exp(rng.gauss(0, 0.015)),
+                "output_throughput": 5000 / level * math.exp(rng.gauss(0, 0.02)),
+            }
+        }
+        for _ in range(passes)
+    ]
+    env = {"hardware_class": "1x NVIDIA H200", "platform": "cuda", "vllm_version": "0.26.0",
+           "model": "llama-3.1-8b-shaped"}  # fmt: skip
+    return {"results": [{"test": TEST, "profile": "default", "profile_hash": "03187f49",
+                         "environment": env, "workload": {"gate": ["itl_p50_ms"]},
+                         "passes": rows}]}  # fmt: skip
+
+
+def nightly(root: Path, tmp_path: Path, levels: list[float], seed: int = 0) -> None:
+    """One report a night through the command, as the nightly workflow appends them."""
+    rng = random.Random(seed)
+    for night, level in enumerate(levels):
+        path = tmp_path / f"night-{night}.json"
+        path.write_text(json.dumps(report(level, rng)))
+        time = f"2026-11-{night + 1:02d}T02:00:00+00:00"
+        assert history.main(["append", str(path), "--to", str(root), "--time", time,
+                             "--commit", f"c{night:02d}"]) == 0  # fmt: skip
+
+
+def test_otava_names_the_first_run_after_a_planted_step(tmp_path, capsys):
+    """20 nightly runs, the last 8 with the decode step x1.3: each gated figure's change
+    point is run 13, commit c12, with the run before it named, and --fail-recent 8
+    fails on it. Broken on purpose (the step planted at x1.0), the command exits 0 and
+    names no run."""
+    root = tmp_path / "history"
+    nightly(root, tmp_path, [1.0] * 12 + [1.3] * 8)
+    capsys.readouterr()
+    assert history.main(["analyze", str(root), "--fail-recent", "8"]) == 1
+    out = capsys.readouterr().out
+    for metric in ("itl_p50_ms", "tpot_mean_ms", "output_throughput"):
+        assert f"{metric}: regression beyond its tolerance" in out, out
+    assert (
+        out.count("at run 13 of 20 (2026-11-13T02:00:00+00:00, commit c12; the run before: c11)")
+        == 3
+    )
+    assert "3 regression(s) in the last 8 runs" in out
+    # the step is older than the last 5 runs: named, not failed
+    assert history.main(["analyze", str(root), "--fail-recent", "5"]) == 0
+
+
+def test_a_history_without_a_step_has_no_change_point(tmp_path, capsys):
+    root = tmp_path / "history"
+    nightly(root, tmp_path, [1.0] * 20, seed=1)
+    capsys.readouterr()
+    assert history.main(["analyze", str(root), "--fail-recent", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "history: 1 file(s), 0 change point(s); 0 regression(s) in the last 8 runs" in out, out
+
+
+def test_the_same_report_appended_twice_is_one_run(tmp_path):
+    root = tmp_path / "history"
+    doc = report(1.0, random.Random(2))
+    rows = history.rows_of(doc, "2026-11-01T02:00:00+00:00", "c00")
+    assert history.append(root, rows)[0].endswith("1 run(s), 1 appended")
+    again = history.rows_of(doc, "2026-11-02T02:00:00+00:00", "c00")  # another time, same run
+    assert history.append(root, again)[0].endswith("1 run(s), 0 appended")
+    (path,) = root.rglob("*.csv")
+    assert path.read_text().count("\n") == 2  # the header and one row
+
+
+def test_a_malformed_history_is_named_by_file_and_line_and_never_rewritten(tmp_path, capsys):
+    root = tmp_path / "history"
+    rng = random.Random(3)
+    nightly(root, tmp_path, [1.0, 1.0])
+    (path,) = root.rglob("*.csv")
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2].rsplit(",", 2)[0]  # a row cut short: two fields lost
+    path.write_text("\n".join(lines) + "\n")
+    before = path.read_bytes()
+    (tmp_path / "new.json").write_text(json.dumps(report(1.0, rng)))
+    capsys.readouterr()
+    assert history.main(["append", str(tmp_path / "new.json"), "--to", str(root)]) == 4
+    err = capsys.readouterr().err
+    assert f"{path}:3: " in err and "fields where the header has" in err, err
+    assert path.read_bytes() == before
+    assert history.main(["analyze", str(root)]) == 4
+    assert f"{path}:3: " in capsys.readouterr().err
+    cells = lines[1].split(",")
+    cells[-1] = "fast"  # a metric cell that is not a number
+    path.write_text("\n".join([lines[0], ",".join(cells)]) + "\n")
+    assert history.main(["analyze", str(root)]) == 4
+    assert f"{path}:2: output_throughput.spread: not a number: 'fast'" in capsys.readouterr().err
+    (tmp_path / "nope.json").write_text("[]")
+    assert history.main(["append", str(tmp_path / "nope.json"), "--to", str(root)]) == 4
+    assert "nope.json: not a --vllm-json report" in capsys.readouterr().err
+
+
+def test_a_real_report_gives_the_medians_of_its_passes(tmp_path):
+    """The committed H200 A/A report: one row per result, each compared metric the
+    median of its 8 passes, its spread the sd of their logs."""
+    doc = json.loads((ROOT / "bench/results/h200/plant-warm/aa/ab.json").read_text())
+    [row] = history.rows_of(doc, "2026-12-04T21:00:00+00:00", "cf519d9")
+    itl = sorted(p["metrics"]["median_itl_ms"] for p in doc["results"][0]["passes"])
+    assert float(row["itl_p50_ms"]) == pytest.approx((itl[3] + itl[4]) / 2, rel=1e-5)
+    logs = [math.log(v) for v in itl]
+    mean = sum(logs) / 8
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 7)
+    assert float(row["itl_p50_ms.spread"]) == pytest.approx(sd, rel=1e-3)
+    assert row["hardware_class"] == "1x NVIDIA H200" and row["vllm_version"] == "0.26.0"
+    assert row["passes"] == "8" and row["profile"] == "plant"
