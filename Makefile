@@ -49,6 +49,13 @@ $(STAMP): pyproject.toml
 	  || $(BIN)/pip install -q --disable-pip-version-check -e '.[cpu,plots,dev,history]' \
 	  || { echo "$(TORCH_HINT)" >&2; exit 1; }
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	@# pytest-benchmark beside the venv, not in it: a test checks that its `compare` reads
+	@# the export (vllm-perf benchmark-json), and its 46 options stay out of every --help
+	$(BIN)/uv pip install -q --python $(BIN)/python --target $(VENV)/pytest-benchmark --no-deps \
+	    --index-strategy unsafe-best-match $$($(BIN)/python scripts/pip_to_uv.py) \
+	    pytest-benchmark==5.3.1 py-cpuinfo2 \
+	  || $(BIN)/pip install -q --disable-pip-version-check --target $(VENV)/pytest-benchmark \
+	    --no-deps pytest-benchmark==5.3.1 py-cpuinfo2
 	$(BIN)/python -c "import vllm, pytest_vllm_perf; print('vllm', vllm.__version__)"
 	touch $(STAMP)
 

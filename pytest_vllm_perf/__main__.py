@@ -20,6 +20,11 @@ COMMANDS: Final[dict[str, tuple[str, tuple[str, ...], str]]] = {
     "table": ("pytest_vllm_perf.cli", ("table",), "stored baselines side by side"),
     "promote": ("pytest_vllm_perf.cli", ("promote",), "--vllm-json reports into baselines"),
     "claims": ("pytest_vllm_perf.cli", ("claims",), "the tuning-claims table from A/B reports"),
+    "benchmark-json": (
+        "pytest_vllm_perf.cli",
+        ("benchmark-json",),
+        "a --vllm-json report as pytest-benchmark JSON",
+    ),
     "prgate": ("pytest_vllm_perf.prgate", (), "gate a pull request: A/B against its base"),
     "bisect": ("pytest_vllm_perf.bisect", (), "the first vLLM release where a workload regressed"),
     "crosscheck": ("pytest_vllm_perf.crosscheck", (), "this client against vllm bench serve"),

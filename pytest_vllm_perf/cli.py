@@ -13,6 +13,8 @@
   table (``report.claims``), each advice judged from the committed A/B report it
   cites; ``--readme`` rewrites the file's ``<!-- claims -->`` block, ``--check``
   exits 1 when that block no longer matches the results.
+- ``benchmark-json REPORT --out FILE``: the report in pytest-benchmark's JSON format
+  (``report.benchjson``), which ``pytest-benchmark compare`` and dashboards read.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 
 from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import BaselineError
-from pytest_vllm_perf.report import claims, text
+from pytest_vllm_perf.report import benchjson, claims, text
 from pytest_vllm_perf.verdict import baseline
 
 __all__ = ["main", "promote", "sides"]
@@ -91,8 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     cl.add_argument("--root", default=Path(), type=Path, help="where its result paths start")
     cl.add_argument("--readme", type=Path, help="rewrite this file's <!-- claims --> block")
     cl.add_argument("--check", action="store_true", help="with --readme: exit 1 if stale")
+    bj = sub.add_parser("benchmark-json", help="a --vllm-json report as pytest-benchmark JSON")
+    bj.add_argument("report", type=Path, help="a --vllm-json report")
+    bj.add_argument("--out", required=True, type=Path, help="the pytest-benchmark JSON file")
     args = parser.parse_args(argv)
     try:
+        if args.command == "benchmark-json":
+            return _benchmark_json(args.report, args.out)
         if args.command == "claims":
             return _claims(args)
         if args.command == "promote":
@@ -104,6 +111,19 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     print("\n".join(lines).strip() or "no test has baselines under two or more profiles")
+    return 0
+
+
+def _benchmark_json(report: Path, out: Path) -> int:
+    try:
+        doc = json.loads(report.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BaselineError(f"{report}: not a --vllm-json report: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise BaselineError(f"{report}: not a --vllm-json report (no 'results' list)")
+    written = benchjson.document(doc, baseline.commit_info())
+    atomic.write_text(out, json.dumps(written, indent=2))
+    print(f"{out}: {len(written['benchmarks'])} benchmark(s) from {len(doc['results'])} result(s)")
     return 0
 
 
