@@ -85,9 +85,14 @@ lint: $(STAMP)
 # (tests/conftest.py). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 4
 # Lint runs beside the tests (about 35 s of CI's wall otherwise), its output printed
-# after theirs; either failing fails the target.
+# after theirs; either failing fails the target. The history tests' PostgreSQL is
+# started from the distribution's package for the run (scripts/ci_postgres.sh) unless
+# VLLM_PERF_TEST_POSTGRES names one; without the package they skip, and under CI fail.
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
+	pg=; if [ -z "$${VLLM_PERF_TEST_POSTGRES:-}" ] && started=$$(scripts/ci_postgres.sh start); then \
+	  export VLLM_PERF_TEST_POSTGRES=$${started% *}; pg=$${started#* }; \
+	  trap 'scripts/ci_postgres.sh stop "$$pg"' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; fi; \
 	$(BIN)/pytest tests $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(ARGS); \
 	status=$$?; wait $$lint; lint_status=$$?; cat $(VENV)/lint.log; \
 	if [ $$lint_status -ne 0 ]; then echo "make lint failed (exit $$lint_status)"; exit $$lint_status; fi; \

@@ -48,7 +48,10 @@ from pytest_vllm_perf.core.registry import (
 )
 from pytest_vllm_perf.verdict import baseline
 
-__all__ = ["COLUMNS", "ChangePoint", "HistoryError", "analyze", "append", "main", "rows_of"]
+__all__ = [
+    "COLUMNS", "PG_TABLE", "ChangePoint", "HistoryError", "analyze", "append", "is_postgres",
+    "main", "pg_analyze", "pg_append", "rows_of",
+]  # fmt: skip
 
 # The columns every history file starts with; each metric adds KEY and KEY.spread.
 COLUMNS: Final = (
@@ -201,7 +204,7 @@ def _order(column: str) -> tuple[int, str]:
 class ChangePoint:
     """One change point Otava found in one metric of one history file."""
 
-    path: Path
+    series: str  # the history file's name, or hardware/test--profile in PostgreSQL
     metric: str
     index: int  # the first run after the change, 0-based
     runs: int
@@ -234,7 +237,7 @@ class ChangePoint:
             else ""
         )
         return (
-            f"{self.path.name} {self.metric}: {kind}{tol} at run {self.index + 1} of {self.runs} "
+            f"{self.series} {self.metric}: {kind}{tol} at run {self.index + 1} of {self.runs} "
             f"({self.time}, commit {after or '?'}; the run before: {before or '?'}): "
             f"{self.mean_before:.4g} -> {self.mean_after:.4g} (x{self.ratio:.3f}), "
             f"Otava p={self.pvalue:.2g}"
@@ -251,30 +254,37 @@ def _epoch(value: str, path: Path, line: int) -> int:
 
 def analyze(path: Path, max_pvalue: float = 0.001, window: int = 30) -> list[ChangePoint]:
     """Otava's change points in every metric column of one history file."""
+    header, rows = _read(path)
+    times = [_epoch(r["time"], path, i + 2) for i, r in enumerate(rows)]
+    metrics = [k for k in header[len(COLUMNS) :] if not k.endswith(SPREAD)]
+    return _change_points(path.name, rows, times, metrics, max_pvalue, window)
+
+
+def _change_points(
+    name: str, rows: Sequence[Mapping[str, str]], times: Sequence[int], metrics: Sequence[str],
+    max_pvalue: float, window: int,
+) -> list[ChangePoint]:  # fmt: skip
+    """Otava's analysis of one series of runs (oldest first)."""
     try:
         from otava.series import AnalysisOptions, Metric, Series
     except ImportError as exc:
         raise HistoryError(
             "vllm-perf history analyze needs Apache Otava: pip install 'pytest-vllm-perf[history]'"
         ) from exc
-    header, rows = _read(path)
     if not rows:
         return []
-    metrics = [k for k in header[len(COLUMNS) :] if not k.endswith(SPREAD)]
-    times = [_epoch(r["time"], path, i + 2) for i, r in enumerate(rows)]
-    data = {k: [float(r[k]) if r[k] else math.nan for r in rows] for k in metrics}
+    data = {k: [float(r[k]) if r.get(k) else math.nan for r in rows] for k in metrics}
     data = {k: v for k, v in data.items() if any(math.isfinite(x) for x in v)}
     definitions = {k: METRICS.get(split_key(k)[1]) for k in data}
     series = Series(
-        path.stem, None, times,
+        name, None, list(times),
         {k: Metric(1 if (d and d.higher_is_better) else -1) for k, d in definitions.items()},
         data, {"commit": [r["commit"] for r in rows]},
     )  # fmt: skip
     options = AnalysisOptions()
     options.max_pvalue, options.window_len = max_pvalue, window
     analyzed = series.analyze(options)
-    platform = rows[-1]["platform"] or "cpu"
-    tolerances = default_tolerances(platform)
+    tolerances = default_tolerances(rows[-1]["platform"] or "cpu")
     found = []
     for key, points in analyzed.change_points.items():
         d = definitions[key]
@@ -282,7 +292,7 @@ def analyze(path: Path, max_pvalue: float = 0.001, window: int = 30) -> list[Cha
             i = int(cp.index)
             found.append(
                 ChangePoint(
-                    path, key, i, len(rows), rows[i]["time"],
+                    name, key, i, len(rows), rows[i]["time"],
                     (rows[i - 1]["commit"] if i else "", rows[i]["commit"]),
                     float(cp.mean_before()), float(cp.mean_after()), float(cp.pvalue()),
                     tolerance_for(key, tolerances) if d else None,
@@ -290,6 +300,119 @@ def analyze(path: Path, max_pvalue: float = 0.001, window: int = 30) -> list[Cha
                 )
             )  # fmt: skip
     return sorted(found, key=lambda c: (c.index, c.metric))
+
+
+# PostgreSQL: one row per run, series and metric, so that any metric can be added
+# without a schema change; the primary key makes appending the same run a no-op. The
+# table name is written into each statement (no SQL is built from strings).
+PG_TABLE: Final = "vllm_perf_history"
+_PG_SCHEMA: Final = """CREATE TABLE IF NOT EXISTS vllm_perf_history (
+    hardware_class text NOT NULL, test text NOT NULL, profile text NOT NULL,
+    run_id text NOT NULL, time timestamptz NOT NULL, commit text NOT NULL,
+    vllm_version text NOT NULL, model text NOT NULL, platform text NOT NULL,
+    profile_hash text NOT NULL, passes integer NOT NULL, metric text NOT NULL,
+    value double precision, spread double precision,
+    PRIMARY KEY (hardware_class, test, profile, run_id, metric))"""
+
+
+def is_postgres(target: str | Path) -> bool:
+    return str(target).startswith(("postgresql://", "postgres://"))
+
+
+def _connect(url: str) -> Any:
+    """A pg8000 connection (Otava's own PostgreSQL driver) for ``postgresql://`` URLs."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        import pg8000.native
+    except ImportError as exc:
+        raise HistoryError(
+            "a PostgreSQL history needs pg8000: pip install 'pytest-vllm-perf[history]'"
+        ) from exc
+    parts = urlsplit(url)
+    try:
+        return pg8000.native.Connection(
+            unquote(parts.username or "postgres"), host=parts.hostname or "127.0.0.1",
+            port=parts.port or 5432, database=(parts.path or "/").lstrip("/") or None,
+            password=unquote(parts.password) if parts.password else None, timeout=30,
+        )  # fmt: skip
+    except (OSError, pg8000.native.Error) as exc:  # the password never reaches the message
+        raise HistoryError(f"{parts.hostname}:{parts.port}: PostgreSQL: {exc}") from exc
+
+
+def pg_append(url: str, rows: Sequence[Mapping[str, str]]) -> list[str]:
+    """Append ``rows`` to the PostgreSQL history in one transaction; a run already
+    there is left out. One line per series touched."""
+    con = _connect(url)
+    try:
+        con.run(_PG_SCHEMA)
+        con.run("BEGIN")
+        counts: dict[tuple[str, str, str], int] = {}
+        for row in rows:
+            key = (row["hardware_class"], row["test"], row["profile"])
+            metrics = [k for k in row if k not in COLUMNS and not k.endswith(SPREAD)]
+            added = 0
+            for metric in metrics:
+                value, spread = row[metric], row.get(metric + SPREAD, "")
+                done = con.run(
+                    "INSERT INTO vllm_perf_history VALUES (:hw, :test, :profile, :run_id, :time, "
+                    ":commit, :vllm, :model, :platform, :hash, :passes, :metric, :value, "
+                    ":spread) ON CONFLICT DO NOTHING RETURNING 1",
+                    hw=key[0], test=key[1], profile=key[2], run_id=row["run_id"],
+                    time=row["time"], commit=row["commit"], vllm=row["vllm_version"],
+                    model=row["model"], platform=row["platform"], hash=row["profile_hash"],
+                    passes=int(row["passes"]), metric=metric,
+                    value=float(value) if value else None,
+                    spread=float(spread) if spread else None,
+                )  # fmt: skip
+                added = added or bool(done)
+            counts[key] = counts.get(key, 0) + int(added)
+        con.run("COMMIT")
+        lines = []
+        for (hw, test, profile), added in counts.items():
+            [[runs]] = con.run(
+                "SELECT count(DISTINCT run_id) FROM vllm_perf_history "
+                "WHERE hardware_class = :hw AND test = :test AND profile = :profile",
+                hw=hw, test=test, profile=profile,
+            )  # fmt: skip
+            lines.append(f"{PG_TABLE} {hw}/{test}--{profile}: {runs} run(s), {added} appended")
+        return lines
+    finally:
+        con.close()
+
+
+def pg_analyze(url: str, max_pvalue: float = 0.001, window: int = 30) -> list[ChangePoint]:
+    """Otava's change points in every series of the PostgreSQL history."""
+    con = _connect(url)
+    try:
+        con.run(_PG_SCHEMA)
+        found = []
+        series = con.run(
+            "SELECT DISTINCT hardware_class, test, profile FROM vllm_perf_history ORDER BY 1, 2, 3"
+        )
+        for hw, test, profile in series:
+            records = con.run(
+                "SELECT run_id, time, commit, platform, metric, value FROM vllm_perf_history "
+                "WHERE hardware_class = :hw AND test = :test AND profile = :profile "
+                "ORDER BY time, run_id",
+                hw=hw, test=test, profile=profile,
+            )  # fmt: skip
+            runs: dict[str, dict[str, str]] = {}
+            stamps: dict[str, int] = {}
+            for run_id, time, commit, platform, metric, value in records:
+                row = runs.setdefault(
+                    run_id, {"time": time.isoformat(), "commit": commit, "platform": platform}
+                )
+                stamps[run_id] = int(time.timestamp())
+                row[metric] = "" if value is None else repr(value)
+            metrics = sorted({m for r in runs.values() for m in r} - {"time", "commit", "platform"})
+            found += _change_points(
+                f"{_slug(hw)}/{_slug(test)}--{_slug(profile)}", list(runs.values()),
+                [stamps[k] for k in runs], metrics, max_pvalue, window,
+            )  # fmt: skip
+        return found
+    finally:
+        con.close()
 
 
 def _commit() -> str:
@@ -313,11 +436,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="action", required=True)
     add = sub.add_parser("append", help="--vllm-json reports into the history, one row per test")
     add.add_argument("reports", nargs="+", type=Path, help="--vllm-json reports")
-    add.add_argument("--to", default=Path(".vllm-perf-history"), type=Path, help="history folder")
+    add.add_argument(
+        "--to", default=".vllm-perf-history",
+        help="history folder, or a postgresql://USER@HOST:PORT/DB URL",
+    )  # fmt: skip
     add.add_argument("--commit", help="the commit measured (default: $GITHUB_SHA, else git HEAD)")
     add.add_argument("--time", help="the run's ISO 8601 time (default: now, UTC)")
     look = sub.add_parser("analyze", help="Otava's change points in every history file")
-    look.add_argument("root", nargs="?", default=Path(".vllm-perf-history"), type=Path)
+    look.add_argument(
+        "root", nargs="?", default=".vllm-perf-history",
+        help="history folder, or a postgresql:// URL",
+    )  # fmt: skip
     look.add_argument("--max-pvalue", type=float, default=0.001, help="Otava's (0.001)")
     look.add_argument("--window", type=int, default=30, help="Otava's window of runs (30)")
     look.add_argument(
@@ -331,12 +460,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             _epoch(time, Path("--time"), 0)
             commit = args.commit if args.commit is not None else _commit()
             rows = [r for p in args.reports for r in rows_of(_load_report(p), time, commit)]
-            print("\n".join(append(args.to, rows)) or "no result in the reports")
+            done = pg_append(args.to, rows) if is_postgres(args.to) else append(Path(args.to), rows)
+            print("\n".join(done) or "no result in the reports")
             return 0
-        files = sorted(args.root.rglob("*.csv"))
-        if not files:
-            raise HistoryError(f"{args.root}: no history file (*.csv)")
-        points = [cp for path in files for cp in analyze(path, args.max_pvalue, args.window)]
+        if is_postgres(args.root):
+            points = pg_analyze(args.root, args.max_pvalue, args.window)
+            where = f"{PG_TABLE}"
+        else:
+            files = sorted(Path(args.root).rglob("*.csv"))
+            if not files:
+                raise HistoryError(f"{args.root}: no history file (*.csv)")
+            points = [cp for path in files for cp in analyze(path, args.max_pvalue, args.window)]
+            where = f"{len(files)} file(s)"
     except HistoryError as exc:
         print(f"vllm-perf history: {exc}", file=sys.stderr)
         return 4
@@ -346,7 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cp for cp in points if cp.regression and cp.index >= cp.runs - args.fail_recent
     ] if args.fail_recent else []  # fmt: skip
     print(
-        f"history: {len(files)} file(s), {len(points)} change point(s)"
+        f"history: {where}, {len(points)} change point(s)"
         + (
             f"; {len(recent)} regression(s) in the last {args.fail_recent} runs"
             if args.fail_recent

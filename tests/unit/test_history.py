@@ -4,9 +4,12 @@ alone, and Apache Otava's analysis naming the first run after a planted step."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import random
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,34 @@ from pytest_vllm_perf import history
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST = "examples/test_decode.py::test_decode"
+# a PostgreSQL server, which .ci/run starts from the distribution's package
+# (scripts/ci_postgres.sh); in CI its absence is a failure, not a skip
+POSTGRES = os.environ.get("VLLM_PERF_TEST_POSTGRES", "")
+
+
+@pytest.fixture(params=["csv", "postgresql"])
+def store(request, tmp_path):
+    """Where the history goes: a folder of CSV files, or a fresh PostgreSQL database."""
+    if request.param == "csv":
+        yield str(tmp_path / "history")
+        return
+    if not POSTGRES:
+        if os.environ.get("CI"):
+            pytest.fail("VLLM_PERF_TEST_POSTGRES is unset: .ci/run starts a PostgreSQL")
+        pytest.skip("no PostgreSQL (VLLM_PERF_TEST_POSTGRES); .ci/run starts one")
+    import pg8000.native
+
+    from pytest_vllm_perf.history import _connect
+
+    name = f"h_{uuid.uuid4().hex[:12]}"
+    admin = _connect(POSTGRES)
+    admin.run(f"CREATE DATABASE {name}")
+    admin.close()
+    yield POSTGRES.rsplit("/", 1)[0] + f"/{name}"
+    admin = _connect(POSTGRES)
+    with contextlib.suppress(pg8000.native.Error):
+        admin.run(f"DROP DATABASE {name} WITH (FORCE)")
+    admin.close()
 
 
 def report(level: float, rng: random.Random, passes: int = 8) -> dict:
@@ -37,7 +68,7 @@ def report(level: float, rng: random.Random, passes: int = 8) -> dict:
                          "passes": rows}]}  # fmt: skip
 
 
-def nightly(root: Path, tmp_path: Path, levels: list[float], seed: int = 0) -> None:
+def nightly(root: Path | str, tmp_path: Path, levels: list[float], seed: int = 0) -> None:
     """One report a night through the command, as the nightly workflow appends them."""
     rng = random.Random(seed)
     for night, level in enumerate(levels):
@@ -48,12 +79,12 @@ def nightly(root: Path, tmp_path: Path, levels: list[float], seed: int = 0) -> N
                              "--commit", f"c{night:02d}"]) == 0  # fmt: skip
 
 
-def test_otava_names_the_first_run_after_a_planted_step(tmp_path, capsys):
+def test_otava_names_the_first_run_after_a_planted_step(store, tmp_path, capsys):
     """20 nightly runs, the last 8 with the decode step x1.3: each gated figure's change
     point is run 13, commit c12, with the run before it named, and --fail-recent 8
-    fails on it. Broken on purpose (the step planted at x1.0), the command exits 0 and
-    names no run."""
-    root = tmp_path / "history"
+    fails on it, in a CSV folder and in PostgreSQL alike. Broken on purpose (the run
+    number printed 0-based), this fails."""
+    root = store
     nightly(root, tmp_path, [1.0] * 12 + [1.3] * 8)
     capsys.readouterr()
     assert history.main(["analyze", str(root), "--fail-recent", "8"]) == 1
@@ -69,13 +100,23 @@ def test_otava_names_the_first_run_after_a_planted_step(tmp_path, capsys):
     assert history.main(["analyze", str(root), "--fail-recent", "5"]) == 0
 
 
-def test_a_history_without_a_step_has_no_change_point(tmp_path, capsys):
-    root = tmp_path / "history"
-    nightly(root, tmp_path, [1.0] * 20, seed=1)
+def test_a_history_without_a_step_has_no_change_point(store, tmp_path, capsys):
+    nightly(store, tmp_path, [1.0] * 20, seed=1)
     capsys.readouterr()
-    assert history.main(["analyze", str(root), "--fail-recent", "8"]) == 0
+    assert history.main(["analyze", str(store), "--fail-recent", "8"]) == 0
     out = capsys.readouterr().out
-    assert "history: 1 file(s), 0 change point(s); 0 regression(s) in the last 8 runs" in out, out
+    assert "0 change point(s); 0 regression(s) in the last 8 runs" in out, out
+
+
+def test_the_same_run_appended_twice_to_postgresql_is_one_run(store, tmp_path, capsys):
+    if not history.is_postgres(store):
+        pytest.skip("the CSV store's case is the test below")
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(report(1.0, random.Random(4))))
+    for appended in ("1 appended", "0 appended"):
+        assert history.main(["append", str(path), "--to", store, "--time",
+                             "2026-11-01T02:00:00+00:00", "--commit", "c00"]) == 0  # fmt: skip
+        assert f"1 run(s), {appended}" in capsys.readouterr().out
 
 
 def test_the_same_report_appended_twice_is_one_run(tmp_path):
