@@ -22,7 +22,7 @@ command on a GPU machine (README "Tuning claims"):
     result is also saved as that profile's baseline. With ``--ab`` the two
     profiles named stay resident at once and run A/B (passes alternated), which
     gives the tool's verdict with 95% intervals rather than one pass each: the
-    ``max_model_len`` test (bench/results/h200/session7) ran so on one H200.
+    ``max_model_len`` test (bench/results/h200/tokenization-kv-len) ran so on one H200.
 
 Both write ``NAME.json`` (every figure, the load, the versions) and ``NAME.md``
 to ``--out``. Run from the repository root with vLLM importable::
@@ -248,7 +248,7 @@ def _kv_workload(args: argparse.Namespace, name: str, capacity: int | None) -> W
             "ramp_s": args.ramp,
             # one request of the shape is enough warmup in eager mode, and one
             # 70B-shaped request decodes alone at ~27 tok/s on two H200s
-            # (session6/server-tp2-mem-0.94.log): 600 tokens take ~22 s
+            # (bench/results/h200/kv-70b-tp2/server-tp2-mem-0.94.log): 600 tokens take ~22 s
             "warmup_requests": 1,
             "seq": {
                 "users": users,

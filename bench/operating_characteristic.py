@@ -64,12 +64,13 @@ SOURCES = (
 # the H200's resident A/A runs (two servers of one config on one GPU, passes ABBA):
 # (label, workload, [(file, test id)]) whose pairs are pooled
 AB_REAL = (
-    ("H200", "decode", [("h200/session10/resident/ab.json", "examples/test_decode.py::test_decode"),
+    ("H200", "decode", [("h200/ab-modes-aa/resident/ab.json",
+                         "examples/test_decode.py::test_decode"),
                         ("h200/plant/aa/ab.json", "examples/test_decode.py::test_decode"),
                         ("h200/plant-settle/aa/ab.json", "examples/test_decode.py::test_decode"),
                         ("h200/plant-warm/aa/ab.json", "examples/test_decode.py::test_decode")]),
     ("H200", "interference",
-     [("h200/session10/resident/ab.json", "examples/test_interference.py::test_interference"),
+     [("h200/ab-modes-aa/resident/ab.json", "examples/test_interference.py::test_interference"),
       ("h200/plant-l33/aa-interference/ab.json",
        "examples/test_interference.py::test_interference")]),
 )  # fmt: skip

@@ -16,7 +16,7 @@ LOAD = {
 # The SLO a team would set for a chat decode: tokens stream faster than people read
 # (TPOT), no visible stutter (ITL p99), and a capacity floor the fleet is sized on.
 # The H200 measured TPOT 5.8 ms, ITL p99 13 ms and 5420 tok/s here
-# (bench/results/h200/session9); the CPU limits only catch a broken engine, since 2
+# (bench/results/h200/pr-gate-baselines); the CPU limits only catch a broken engine, since 2
 # shared cores stall at random.
 LIMITS = {
     "cpu": {"tpot_mean_ms": 5_000, "itl_p99_ms": 10_000, "min_output_throughput": 20},

@@ -19,7 +19,7 @@ LOAD = {
 # The SLO: chat users keep a responsive first token and no long stutter while long
 # documents arrive, and a long document is answered within a second on the GPU.
 # The H200 measured chat TTFT p99 194 ms, chat ITL p99 17 ms, long TTFT p50 172 ms
-# (bench/results/h200/session9); the CPU limits only catch a broken engine.
+# (bench/results/h200/pr-gate-baselines); the CPU limits only catch a broken engine.
 LIMITS = {
     "cpu": {"chat.ttft_p99_ms": 15_000, "chat.itl_p99_ms": 5_000, "long.ttft_p50_ms": 30_000},
     "cuda": {"chat.ttft_p99_ms": 2_000, "chat.itl_p99_ms": 250, "long.ttft_p50_ms": 1_000},

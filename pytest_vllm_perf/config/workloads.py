@@ -4,8 +4,8 @@ Each built-in workload declares the few metrics it gates on (``gate``): the ones
 its load is built to move. The rest are compared and reported, not gated.
 
 An A/B run gates more (``ab_gate``): the figures that two resident servers on one
-machine hold within a few percent of each other. In the H200 A/A (bench/results/h200/session5, 8
-pairs, ``bench/results/h200/session5/aa.md``) TPOT, output throughput, ITL p50 and
+machine hold within a few percent of each other. In the H200 A/A (8 pairs,
+``bench/results/h200/aa-chunked-tokenization/aa.md``) TPOT, output throughput, ITL p50 and
 the long prompts' TTFT p50 all had 95% intervals inside x0.977..x1.021, while the
 same metrics spread x1.09-x1.19 across machines, where a stored baseline comes from.
 """

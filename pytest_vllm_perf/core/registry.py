@@ -101,7 +101,7 @@ _TOLERANCES: Final[Mapping[str, float]] = {
 # machines: over eleven boots of the decode example on five H200 leases, its
 # boot medians spread x1.015, passes inside a boot under 1%. TPOT mean spread x1.08
 # and output throughput x1.19 over the same boots, because they also count the
-# host's rare stalls, which differ by machine (bench/results/h200/session4, and
+# host's rare stalls, which differ by machine (bench/results/h200/two-boot-baselines, and
 # gate_power-h200-decode-all.md: gating decode on TPOT and throughput at 5% gave
 # 9.5-27% false alarms across those boots). ITL p50 keeps 5%, so a x1.1 slower step
 # is caught; TPOT and throughput get tolerances above their machine drift (x1.088 ->
@@ -116,15 +116,15 @@ PLATFORM_TOLERANCES: Final[Mapping[str, Mapping[str, float]]] = {
     },
 }
 # An A/B run compares two servers resident on one machine, alternated pass by pass, so
-# machine drift cancels. Fitted to the H200 A/A (bench/results/h200/session5, 8 pairs, two
-# resident 8B servers on one GPU): the 95% intervals of TPOT, output throughput, ITL p50 and
-# long-prompt TTFT p50 all lay inside x0.977..x1.021, so 5% is more than twice the widest
-# A/A bound. TTFT p50 is tightened for the ``long`` class only (interference's and mixed's
-# long prompts: the GPU's prefill); where TTFT is the API server's tokenizing
-# (tokenizer_pressure, api_server) no A/A has measured it. The CPU engine on 2 shared cores
-# gets no A/B tightening: its A/A interference intervals were as
-# wide as x0.855..x1.551 (bench/results/cpu/aa-interference-default.txt), so it keeps
-# the platform's tolerances.
+# machine drift cancels. Fitted to the H200 A/A (8 pairs, two resident 8B servers on one
+# GPU, bench/results/h200/aa-chunked-tokenization): the 95% intervals of TPOT, output
+# throughput, ITL p50 and long-prompt TTFT p50 all lay inside x0.977..x1.021, so 5% is
+# more than twice the widest A/A bound. TTFT p50 is tightened for the ``long`` class
+# only (interference's and mixed's long prompts: the GPU's prefill); where TTFT is the
+# API server's tokenizing (tokenizer_pressure, api_server) no A/A has measured it. The
+# CPU engine on 2 shared cores gets no A/B tightening: its A/A interference intervals
+# were as wide as x0.855..x1.551 (bench/results/cpu/aa-interference-default.txt), so it
+# keeps the platform's tolerances.
 AB_TOLERANCES: Final[Mapping[str, Mapping[str, float]]] = {
     "cuda": {
         "itl_p50_ms": 0.05,

@@ -176,7 +176,7 @@ def _transform(key: str, values: Floats, pseudo_rate: float) -> Floats:
     """Log values; counter rates get ``pseudo_rate`` (one event per typical pass) added
     first. The same pseudo-rate on both sides: one event per each pass's own length
     made 0 preemptions against 0 a x1.94 "regression" when one side's passes drained
-    faster (the api_server A/B on the H200, bench/results/h200/session7)."""
+    faster (the api_server A/B on the H200, bench/results/h200/tokenization-kv-len)."""
     if METRICS[split_key(key)[1]].statistic == "counter rate":
         values = values + pseudo_rate
     with np.errstate(divide="ignore", invalid="ignore"):

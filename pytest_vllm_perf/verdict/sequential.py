@@ -10,7 +10,7 @@ exactly the tolerance failed at most 2.5% of the time: on an H200 a decode step
   margin*, a quarter of the tolerance (x1.0125 at 5%), one-sided: an improvement
   never fails. The margin absorbs the steady offset two resident servers show in an
   A/A (ITL p50 x0.995-x0.996 over 8 pairs in both of the H200's resident A/A tests,
-  bench/results/h200/session10/resident/ab.json), so that an A/A is not a regression
+  bench/results/h200/ab-modes-aa/resident/ab.json), so that an A/A is not a regression
   however many pairs measure it. A true x1.0 (or any change up to the margin) fails
   with probability at most ``alpha`` over all of a test's gated metrics and looks.
 - **Unchanged** when a change of the tolerance or more is ruled out at the same level

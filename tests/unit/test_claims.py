@@ -31,7 +31,7 @@ def test_the_measured_claims_say_what_the_h200_showed():
     for servers in (
         "half-gpu-api-2",
         "half-gpu-api-4",
-    ):  # bench/results/h200/session7: TTFT for TPOT
+    ):  # bench/results/h200/tokenization-kv-len: TTFT for TPOT
         found = {v.metric: v.verdict for v in rows[servers].verdicts}
         assert rows[servers].outcome == "trades"
         assert found["ttft_p50_ms"] is found["ttft_p99_ms"] is Verdict.IMPROVED

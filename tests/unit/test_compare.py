@@ -171,7 +171,7 @@ def test_counter_rates_are_compared_per_pass():
 
 
 def test_no_counter_events_on_either_side_is_no_change_whatever_the_pass_lengths():
-    # on the H200 (bench/results/h200/session7): 0 preemptions against 0 was called x1.94
+    # on the H200 (bench/results/h200/tokenization-kv-len): 0 preemptions against 0 was called x1.94
     # "regressed" when the candidate's passes drained in half the time, as each side
     # added 1 event per its own pass length
     def zeros(seconds):

@@ -131,7 +131,7 @@ def test_a_steady_offset_inside_the_margin_is_not_a_regression_however_many_pair
     assert itl.verdict is Verdict.UNCHANGED
 
 
-# The resident H200 A/A's pair sds of the log ratio (bench/results/h200/session10/resident/
+# The resident H200 A/A's pair sds of the log ratio (bench/results/h200/ab-modes-aa/resident/
 # ab.json, 8 pairs): ITL p50 0.0139, TPOT 0.0173, throughput 0.0200. A pair's difference of
 # two passes has twice a pass's residual variance.
 RESIDENT = {
