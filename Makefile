@@ -100,7 +100,7 @@ test: $(STAMP)
 
 # Regenerate docs/reference.md's tables (options, marker, metrics, workloads) from the code.
 reference: $(STAMP)
-	$(BIN)/python -m pytest_vllm_perf.reference docs/reference.md
+	$(BIN)/vllm-perf reference docs/reference.md
 
 clean:
 	rm -rf $(VENV) .vllm-perf-cache

@@ -1,6 +1,6 @@
 """The pull-request gate on the real engine, in a scratch git repository.
 
-What the GPU workflow runs (``python -m pytest_vllm_perf.prgate``), run here on the
+What the GPU workflow runs (``vllm-perf prgate``), run here on the
 CPU engine: a commit that makes the profile worse fails against ``HEAD~1``, naming the
 regressed metric and the changed setting.
 """
