@@ -23,16 +23,13 @@ TEST = "examples/test_decode.py::test_decode"
 POSTGRES = os.environ.get("VLLM_PERF_TEST_POSTGRES", "")
 
 
-@pytest.fixture(params=["csv", "postgresql"])
-def store(request, tmp_path):
-    """Where the history goes: a folder of CSV files, or a fresh PostgreSQL database."""
-    if request.param == "csv":
-        yield str(tmp_path / "history")
-        return
+@pytest.fixture
+def postgres():
+    """A fresh PostgreSQL database of its own, dropped after the test."""
     if not POSTGRES:
         if os.environ.get("CI"):
             pytest.fail("VLLM_PERF_TEST_POSTGRES is unset: .ci/run starts a PostgreSQL")
-        pytest.skip("no PostgreSQL (VLLM_PERF_TEST_POSTGRES); .ci/run starts one")
+        pytest.skip("no PostgreSQL (VLLM_PERF_TEST_POSTGRES); make test starts one")
     import pg8000.native
 
     from pytest_vllm_perf.history import _connect
@@ -46,6 +43,14 @@ def store(request, tmp_path):
     with contextlib.suppress(pg8000.native.Error):
         admin.run(f"DROP DATABASE {name} WITH (FORCE)")
     admin.close()
+
+
+@pytest.fixture(params=["csv", "postgresql"])
+def store(request, tmp_path):
+    """Where the history goes: a folder of CSV files, or a fresh PostgreSQL database."""
+    if request.param == "csv":
+        return str(tmp_path / "history")
+    return request.getfixturevalue("postgres")
 
 
 def report(level: float, rng: random.Random, passes: int = 8) -> dict:
@@ -108,9 +113,8 @@ def test_a_history_without_a_step_has_no_change_point(store, tmp_path, capsys):
     assert "0 change point(s); 0 regression(s) in the last 8 runs" in out, out
 
 
-def test_the_same_run_appended_twice_to_postgresql_is_one_run(store, tmp_path, capsys):
-    if not history.is_postgres(store):
-        pytest.skip("the CSV store's case is the test below")
+def test_the_same_run_appended_twice_to_postgresql_is_one_run(postgres, tmp_path, capsys):
+    store = postgres
     path = tmp_path / "run.json"
     path.write_text(json.dumps(report(1.0, random.Random(4))))
     for appended in ("1 appended", "0 appended"):
