@@ -53,11 +53,7 @@ def promote(reports: Sequence[Path], store: Path, add: bool = False) -> list[str
     """Write the results of ``reports`` into ``store``; one line per baseline written."""
     docs: dict[Path, dict[str, Any]] = {}
     for report in reports:
-        try:
-            results = json.loads(report.read_text(encoding="utf-8"))["results"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise BaselineError(f"{report}: not a --vllm-json report: {exc}") from None
-        for result in results:
+        for result in baseline.read_report(report)["results"]:
             fresh = baseline.from_report(result, str(report))
             hardware = str(fresh["boots"][0]["environment"].get("hardware_class", "unknown"))
             path = baseline.path_for(store, hardware, fresh["test"], fresh["profile"]["name"])
@@ -115,12 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _benchmark_json(report: Path, out: Path) -> int:
-    try:
-        doc = json.loads(report.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BaselineError(f"{report}: not a --vllm-json report: {exc}") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
-        raise BaselineError(f"{report}: not a --vllm-json report (no 'results' list)")
+    doc = baseline.read_report(report)
     written = benchjson.document(doc, baseline.commit_info())
     atomic.write_text(out, json.dumps(written, indent=2))
     print(f"{out}: {len(written['benchmarks'])} benchmark(s) from {len(doc['results'])} result(s)")

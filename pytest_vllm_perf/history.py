@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pytest_vllm_perf.core import atomic
-from pytest_vllm_perf.core.errors import VllmPerfError
+from pytest_vllm_perf.core.errors import BaselineError, VllmPerfError
 from pytest_vllm_perf.core.registry import (
     COMPARED,
     METRICS,
@@ -423,12 +423,9 @@ def _commit() -> str:
 
 def _load_report(path: Path) -> Mapping[str, Any]:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise HistoryError(f"{path}: not a --vllm-json report: {exc}") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
-        raise HistoryError(f"{path}: not a --vllm-json report (no 'results' list)")
-    return doc
+        return baseline.read_report(path)
+    except BaselineError as exc:
+        raise HistoryError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

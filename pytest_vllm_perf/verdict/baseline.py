@@ -57,6 +57,7 @@ __all__ = [
     "load_capacity",
     "merge_boots",
     "path_for",
+    "read_report",
     "report_passes",
     "save",
     "slug",
@@ -283,6 +284,19 @@ def _internal_keys(metrics: Mapping[str, Any]) -> dict[str, float | str]:
         from_bench_serve_key(key): _json(math.nan if value is None else float(value))
         for key, value in metrics.items()
     }
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """A ``--vllm-json`` report as written (``report.text``); BaselineError naming the
+    file when it is not one. The one reader of the report for promote, history and
+    benchmark-json."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BaselineError(f"{path}: not a --vllm-json report: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise BaselineError(f"{path}: not a --vllm-json report (no 'results' list)")
+    return doc
 
 
 def from_report(result: Mapping[str, Any], source: str) -> dict[str, Any]:
