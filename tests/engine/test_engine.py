@@ -13,11 +13,13 @@ import re
 
 import pytest
 
+from pytest_vllm_perf import history
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core import trace
 from pytest_vllm_perf.core.records import Verdict
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.measure import capacity_search, measure
+from pytest_vllm_perf.report import benchjson
 from pytest_vllm_perf.verdict import thresholds
 
 pytestmark = pytest.mark.engine
@@ -221,6 +223,15 @@ def test_a_saved_baseline_gates_a_rerun_on_the_same_server(real_server, perf_pro
     out, names = again.stdout.str(), "|".join(VERDICTS)
     for metric in gated:
         assert re.search(rf"::test_gate \[default\] {metric}: .*\) ({names})\n", out), metric
+    # the real engine's report feeds the run history and the pytest-benchmark export
+    report = json.loads((perf_project.path / "a.json").read_text())
+    [row] = history.rows_of(report, "2026-12-04T00:00:00+00:00", "c0")
+    tpot = sorted(p["metrics"]["mean_tpot_ms"] for p in found["passes"])  # 3 passes
+    assert row["passes"] == "3" and row["vllm_version"] == found["environment"]["vllm_version"]
+    assert float(row["tpot_mean_ms"]) == pytest.approx(tpot[1], rel=1e-5), (row, tpot)
+    assert history.append(perf_project.path / "hist", [row])[0].endswith("1 run(s), 1 appended")
+    exported = {b["extra_info"]["metric"] for b in benchjson.document(report, {})["benchmarks"]}
+    assert exported >= set(workloads.named("mixed").gate), exported
 
 
 # A worse profile failing a run, naming the metric and the changed setting, and the
