@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 
 import pytest
 
@@ -226,12 +227,22 @@ def test_a_saved_baseline_gates_a_rerun_on_the_same_server(real_server, perf_pro
     # the real engine's report feeds the run history and the pytest-benchmark export
     report = json.loads((perf_project.path / "a.json").read_text())
     [row] = history.rows_of(report, "2026-12-04T00:00:00+00:00", "c0")
-    tpot = sorted(p["metrics"]["mean_tpot_ms"] for p in found["passes"])  # 3 passes
     assert row["passes"] == "3" and row["vllm_version"] == found["environment"]["vllm_version"]
-    assert float(row["tpot_mean_ms"]) == pytest.approx(tpot[1], rel=1e-5), (row, tpot)
-    assert history.append(perf_project.path / "hist", [row])[0].endswith("1 run(s), 1 appended")
+    # a pass that streamed in bursts leaves its per-chunk figures out (null in the report;
+    # under CI's load one did): the row holds the median of the passes that measured it
+    names = {"tpot_mean_ms": "mean_tpot_ms", "itl_p99_ms": "p99_itl_ms",
+             "ttft_p99_ms": "p99_ttft_ms", "output_throughput": "output_throughput"}  # fmt: skip
+    measured = {
+        key: [v for p in found["passes"] if isinstance(v := p["metrics"].get(name), float)]
+        for key, name in names.items()
+    }
+    assert measured["ttft_p99_ms"] and measured["output_throughput"], measured
     exported = {b["extra_info"]["metric"] for b in benchjson.document(report, {})["benchmarks"]}
-    assert exported >= set(workloads.named("mixed").gate), exported
+    for key, values in measured.items():
+        assert (key in exported) == bool(values), (key, exported)
+        if values:
+            assert float(row[key]) == pytest.approx(statistics.median(values), rel=1e-5), key
+    assert history.append(perf_project.path / "hist", [row])[0].endswith("1 run(s), 1 appended")
 
 
 # A worse profile failing a run, naming the metric and the changed setting, and the
