@@ -29,6 +29,7 @@ import json
 import math
 import os
 import re
+import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,7 +43,6 @@ from pytest_vllm_perf.core.registry import (
     COMPARED,
     METRICS,
     default_tolerances,
-    from_bench_serve_key,
     split_key,
     tolerance_for,
 )
@@ -74,26 +74,14 @@ def path_for(root: Path, hardware: str, test: str, profile: str) -> Path:
     return root / _slug(hardware) / f"{_slug(test)}--{_slug(profile)}.csv"
 
 
-def _metric_keys(result: Mapping[str, Any]) -> list[str]:
-    """The compared metrics and the workload's gated ones (class-prefixed), in order."""
-    gate = [
-        *result.get("workload", {}).get("gate", ()),
-        *result.get("workload", {}).get("ab_gate", ()),
-    ]
-    return list(dict.fromkeys([*COMPARED, *gate]))
-
-
-def _median_and_spread(values: Sequence[float]) -> tuple[float, float]:
-    finite = sorted(v for v in values if math.isfinite(v))
-    if not finite:
-        return math.nan, math.nan
-    mid = len(finite) // 2
-    median = finite[mid] if len(finite) % 2 else (finite[mid - 1] + finite[mid]) / 2
-    logs = [math.log(v) for v in finite if v > 0]
-    if len(logs) < 2:
-        return median, math.nan
-    mean = sum(logs) / len(logs)
-    return median, math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+def _median_and_spread(values: Sequence[float]) -> tuple[str, str]:
+    """The median of finite ``values`` and the sd of their logs, as CSV cells ("" where
+    there is none)."""
+    if not values:
+        return "", ""
+    logs = [math.log(v) for v in values if v > 0]
+    spread = f"{statistics.stdev(logs):.4g}" if len(logs) > 1 else ""
+    return f"{statistics.median(values):.6g}", spread
 
 
 def rows_of(report: Mapping[str, Any], time: str, commit: str) -> list[dict[str, str]]:
@@ -101,9 +89,6 @@ def rows_of(report: Mapping[str, Any], time: str, commit: str) -> list[dict[str,
     rows = []
     for result in report.get("results", ()):
         passes = result.get("passes") or ()
-        per_pass = [
-            {from_bench_serve_key(k): v for k, v in p.get("metrics", {}).items()} for p in passes
-        ]
         env = result.get("environment", {})
         profile = result.get("profile") or ""
         measured = json.dumps([p.get("metrics", {}) for p in passes], sort_keys=True)
@@ -118,13 +103,8 @@ def rows_of(report: Mapping[str, Any], time: str, commit: str) -> list[dict[str,
             "profile": profile, "profile_hash": str(result.get("profile_hash", "")),
             "passes": str(len(passes)),
         }  # fmt: skip
-        for key in _metric_keys(result):
-            values = [float(m[key]) for m in per_pass if isinstance(m.get(key), (int, float))]
-            if not values:
-                continue
-            median, spread = _median_and_spread(values)
-            row[key] = "" if math.isnan(median) else f"{median:.6g}"
-            row[key + SPREAD] = "" if math.isnan(spread) else f"{spread:.4g}"
+        for key, values in baseline.report_series(result).items():
+            row[key], row[key + SPREAD] = _median_and_spread(values)
         rows.append(row)
     return rows
 
@@ -462,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if is_postgres(args.root):
             points = pg_analyze(args.root, args.max_pvalue, args.window)
-            where = f"{PG_TABLE}"
+            where = PG_TABLE
         else:
             files = sorted(Path(args.root).rglob("*.csv"))
             if not files:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import math
 import platform
+import statistics
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from pytest_vllm_perf.core.registry import COMPARED, METRICS, from_bench_serve_key, split_key
+from pytest_vllm_perf.core.registry import METRICS, split_key
+from pytest_vllm_perf.verdict import baseline
 
 __all__ = ["FORMAT_VERSION", "benchmarks", "document"]
 
@@ -27,24 +29,18 @@ FORMAT_VERSION: Final = "5.3.1"
 
 
 def _quartiles(data: Sequence[float]) -> tuple[float, float]:
-    """pytest-benchmark's q1 and q3 (the medians of the lower and upper halves)."""
+    """q1 and q3: the medians of the lower and upper halves."""
     ordered = sorted(data)
     half = len(ordered) // 2
     low, high = ordered[:half] or ordered, ordered[-half:] or ordered
-    return _median(low), _median(high)
-
-
-def _median(data: Sequence[float]) -> float:
-    ordered = sorted(data)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return statistics.median(low), statistics.median(high)
 
 
 def _stats(data: Sequence[float]) -> dict[str, Any]:
     """The ``stats`` block of one benchmark, as pytest-benchmark computes it."""
     n = len(data)
-    mean = sum(data) / n
-    stddev = math.sqrt(sum((x - mean) ** 2 for x in data) / (n - 1)) if n > 1 else 0.0
+    mean = statistics.mean(data)
+    stddev = statistics.stdev(data) if n > 1 else 0.0
     q1, q3 = _quartiles(data)
     iqr = q3 - q1
     low_fence, high_fence = q1 - 1.5 * iqr, q3 + 1.5 * iqr
@@ -52,7 +48,7 @@ def _stats(data: Sequence[float]) -> dict[str, Any]:
     sd_out = sum(1 for x in data if abs(x - mean) > stddev) if stddev else 0
     return {
         "min": min(data), "max": max(data), "mean": mean, "stddev": stddev, "rounds": n,
-        "median": _median(data), "iqr": iqr, "q1": q1, "q3": q3,
+        "median": statistics.median(data), "iqr": iqr, "q1": q1, "q3": q3,
         "iqr_outliers": iqr_out, "stddev_outliers": sd_out,
         "outliers": f"{sd_out};{iqr_out}",
         "ld15iqr": min((x for x in data if x >= low_fence), default=min(data)),
@@ -75,15 +71,9 @@ def _seconds(key: str, value: float) -> float | None:
 def benchmarks(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One benchmark per compared (and gated) metric of one report result."""
     test, profile = str(result.get("test", "")), str(result.get("profile") or "")
-    per_pass = [
-        {from_bench_serve_key(k): v for k, v in p.get("metrics", {}).items()}
-        for p in result.get("passes") or ()
-    ]
-    workload = result.get("workload", {})
-    keys = dict.fromkeys([*COMPARED, *workload.get("gate", ()), *workload.get("ab_gate", ())])
+    passes = len(result.get("passes") or ())
     out = []
-    for key in keys:
-        values = [float(m[key]) for m in per_pass if isinstance(m.get(key), (int, float))]
+    for key, values in baseline.report_series(result).items():
         data = [s for s in (_seconds(key, v) for v in values) if s is not None]
         if not data:
             continue
@@ -104,7 +94,7 @@ def benchmarks(result: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "profile_hash": result.get("profile_hash"),
                     "environment": result.get("environment", {}),
                 },
-                "options": {"passes": len(per_pass)},
+                "options": {"passes": passes},
                 "stats": _stats(data),
             }
         )

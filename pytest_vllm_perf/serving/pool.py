@@ -8,9 +8,8 @@ for the candidate and ``base``, both up and only one loaded at a time
 whose profile asks for more than half the GPU (vLLM's default is 0.9) gets a little
 under half (``split_fraction``: 0.9 -> 0.44, what the H200 A/A of
 bench/results/h200/aa-chunked-tokenization ran at, x0.977..x1.021 on every metric A/B
-gates), and its
-notes and provenance say so. A profile whose boot failed is remembered, so its other
-tests fail at once instead of rebooting.
+gates), and its notes and provenance say so. A profile whose boot failed is
+remembered, so its other tests fail at once instead of rebooting.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from typing import Any, Final
 from pytest_vllm_perf.core import atomic, redact
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import Measurement, PassRecord, Provenance, RequestRecord
-from pytest_vllm_perf.core.registry import from_bench_serve_key
+from pytest_vllm_perf.core.registry import COMPARED, from_bench_serve_key
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
 from pytest_vllm_perf.verdict import capacity, stats
 from pytest_vllm_perf.verdict.compare import MAX_BOOTS, Passes
@@ -59,6 +59,7 @@ __all__ = [
     "path_for",
     "read_report",
     "report_passes",
+    "report_series",
     "save",
     "slug",
 ]
@@ -284,6 +285,24 @@ def _internal_keys(metrics: Mapping[str, Any]) -> dict[str, float | str]:
         from_bench_serve_key(key): _json(math.nan if value is None else float(value))
         for key, value in metrics.items()
     }
+
+
+def report_series(result: Mapping[str, Any]) -> dict[str, list[float]]:
+    """A ``--vllm-json`` result's per-pass values by our metric keys, finite ones only
+    (NaN and infinities, written as null and strings, left out), for the compared
+    metrics and the workload's gated ones; a metric no pass measured is absent. What
+    the history and the pytest-benchmark export summarise."""
+    workload = result.get("workload", {})
+    keys = dict.fromkeys([*COMPARED, *workload.get("gate", ()), *workload.get("ab_gate", ())])
+    per_pass = [
+        {from_bench_serve_key(k): v for k, v in p.get("metrics", {}).items()}
+        for p in result.get("passes") or ()
+    ]
+    series = {
+        key: [float(v) for m in per_pass if isinstance(v := m.get(key), (int, float))]
+        for key in keys
+    }
+    return {k: [v for v in values if math.isfinite(v)] for k, values in series.items() if values}
 
 
 def read_report(path: Path) -> dict[str, Any]:
