@@ -29,11 +29,17 @@ FORMAT_VERSION: Final = "5.3.1"
 
 
 def _quartiles(data: Sequence[float]) -> tuple[float, float]:
-    """q1 and q3: the medians of the lower and upper halves."""
-    ordered = sorted(data)
-    half = len(ordered) // 2
-    low, high = ordered[:half] or ordered, ordered[-half:] or ordered
-    return statistics.median(low), statistics.median(high)
+    """q1 and q3 as pytest-benchmark's ``Stats`` has them (Wikipedia's quartile methods):
+    the medians of the halves for an even count, method 3 for an odd one."""
+    x, n = sorted(data), len(data)
+    if n == 1:
+        return x[0], x[0]
+    if n % 2 == 0:
+        return statistics.median(x[: n // 2]), statistics.median(x[n // 2 :])
+    k, r = divmod(n, 4)
+    if r == 1:
+        return 0.25 * x[k - 1] + 0.75 * x[k], 0.75 * x[3 * k] + 0.25 * x[3 * k + 1]
+    return 0.75 * x[k] + 0.25 * x[k + 1], 0.25 * x[3 * k + 1] + 0.75 * x[3 * k + 2]
 
 
 def _stats(data: Sequence[float]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -63,3 +64,28 @@ def test_the_exported_stats_are_the_passes_own(tmp_path):
     assert tput["stats"]["ops"] == pytest.approx(1 / statistics.mean(1 / v for v in values))
     assert tput["extra_info"]["unit"] == "s/tok" and tput["extra_info"]["inverted"] is True
     assert doc["benchmarks"] and doc["version"] and "commit_info" in doc
+
+
+def test_the_stats_are_pytest_benchmarks_own(monkeypatch):
+    """Every figure of a stats block as pytest-benchmark's own ``Stats`` computes it, for
+    1 to 9 rounds: its quartiles are Wikipedia's method 3 for an odd count, where the
+    export had taken the medians of the halves (3 passes: a q1 of the smallest pass)."""
+    beside = Path(sys.prefix) / "pytest-benchmark"
+    monkeypatch.syspath_prepend(str(beside))
+    from pytest_benchmark.stats import Stats
+
+    from pytest_vllm_perf.report import benchjson
+
+    rng = random.Random(5)
+    for rounds in range(1, 10):
+        data = [rng.uniform(0.004, 0.006) for _ in range(rounds)]
+        theirs = Stats()
+        for x in data:
+            theirs.update(x)
+        ours = benchjson._stats(data)
+        for field in Stats.fields:
+            expected = getattr(theirs, field)
+            if isinstance(expected, str):  # "outliers": "stddev;iqr" counts
+                assert ours[field] == expected, (rounds, field)
+            else:
+                assert ours[field] == pytest.approx(expected, rel=1e-12), (rounds, field)
