@@ -52,8 +52,12 @@ def sides(store: Path, hardware: str | None, profiles: list[str]) -> list[text.S
 def promote(reports: Sequence[Path], store: Path, add: bool = False) -> list[str]:
     """Write the results of ``reports`` into ``store``; one line per baseline written."""
     docs: dict[Path, dict[str, Any]] = {}
+    skipped: list[str] = []
     for report in reports:
         for result in baseline.read_report(report)["results"]:
+            if "capacity" in result:  # a search keeps its passes' rates, not their figures
+                skipped.append(f"{report}: {result['test']} is a capacity search: not promoted")
+                continue
             fresh = baseline.from_report(result, str(report))
             hardware = str(fresh["boots"][0]["environment"].get("hardware_class", "unknown"))
             path = baseline.path_for(store, hardware, fresh["test"], fresh["profile"]["name"])
@@ -68,7 +72,7 @@ def promote(reports: Sequence[Path], store: Path, add: bool = False) -> list[str
         baseline.save(path, doc)
         name = doc["profile"]["name"]
         lines.append(f"{path}: {len(doc['boots'])} boot(s), {doc['test']} [{name}]")
-    return lines
+    return lines + skipped
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,13 +21,13 @@ from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core import trace
 from pytest_vllm_perf.core.errors import VllmPerfError
 from pytest_vllm_perf.core.records import GateStatus, Outcome, Progress
-from pytest_vllm_perf.core.registry import threshold_target, validate_tolerances
+from pytest_vllm_perf.core.registry import threshold_target, tolerance_for, validate_tolerances
 from pytest_vllm_perf.core.workload import Workload, pass_count
 from pytest_vllm_perf.options import Settings
 from pytest_vllm_perf.report import text
 from pytest_vllm_perf.serving import hardware, models
 from pytest_vllm_perf.serving.pool import ServerHandle
-from pytest_vllm_perf.verdict import baseline, gate
+from pytest_vllm_perf.verdict import baseline, capacity, gate
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.thresholds import validate as validate_thresholds
 
@@ -126,7 +126,7 @@ class PerfFixture:
         *,
         slo: Mapping[str, float],
         cls: str | None = None,
-        tolerance: float = 0.1,
+        tolerance: float | None = None,
         max_passes: int = 30,
         min_rps: float | None = None,
         **overrides: Any,
@@ -137,7 +137,9 @@ class PerfFixture:
         one pass per trial, at most ``max_passes``, until the interval is within
         ``tolerance``.
 
-        ``capacity_rps`` is then judged like any metric, at ``tolerance``: in an A/B
+        ``capacity_rps`` is then judged like any metric, by the same rule, at
+        ``tolerance`` (else its ``tolerances`` key in the marker, profile or ini, else
+        the registry's 10%), and reported as one in every report: in an A/B
         run (``--vllm-ab``) both sides are searched, pass by pass in turn, and their
         ratio gets a 95% interval; otherwise the search is judged against the stored
         capacity baseline (``--vllm-save-baseline`` saves it). Fails when the
@@ -147,6 +149,14 @@ class PerfFixture:
         load = self.workload(workload, **overrides)
         settings = self._settings
         test_id = self._node.nodeid.split("[")[0]
+        if tolerance is None:
+            layers = measure.layered(
+                settings.tolerances,
+                self.server.provenance.profile_settings.get("tolerances"),
+                self._marker.get("tolerances"),
+            )
+            tolerance = tolerance_for(capacity.METRIC, layers)
+        assert tolerance is not None  # the registry gives capacity_rps one
         if self.base_server is not None:
             base, candidate = self.base_server, self._candidate_boot or self.server
             found = _reported(
@@ -185,15 +195,19 @@ class PerfFixture:
         line = found.line()
         if self._progress is not None:
             self._progress(line)
+        outcome = found.outcome(
+            test_id + (f"#{len(self.outcomes) + 1}" if self.outcomes else ""), load, min_rps
+        )
+        self._collect(outcome)
+        self.outcomes.append(outcome)
         problems = []
-        if found.regressed:
+        result = outcome.gate
+        if result and result.regressions:
             problems.append(f"{line}: capacity regressed")
-        rps = found.search.lower_evidence  # the fit, or with no bounded interval what held
-        if min_rps is not None and not rps >= min_rps:
+        if not outcome.passed:  # the fit, or with no bounded interval what held
             problems.append(f"{line}: below the minimum of {min_rps:g} req/s")
-        stored = found.stored
-        if stored and settings.require_baseline and stored.status in gate.CANNOT_GATE:
-            problems.append(f"--vllm-require-baseline ({stored.status}): {stored.note}")
+        if result and settings.require_baseline and result.status in gate.CANNOT_GATE:
+            problems.append(f"--vllm-require-baseline ({result.status}): {result.note}")
         if problems:
             pytest.fail("\n".join(dict.fromkeys(problems)), pytrace=False)
         return found

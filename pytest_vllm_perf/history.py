@@ -91,7 +91,10 @@ def rows_of(report: Mapping[str, Any], time: str, commit: str) -> list[dict[str,
         passes = result.get("passes") or ()
         env = result.get("environment", {})
         profile = result.get("profile") or ""
-        measured = json.dumps([p.get("metrics", {}) for p in passes], sort_keys=True)
+        # a capacity search is told from another by its passes' rates and margins
+        measured = json.dumps(
+            [[p.get("metrics", {}) for p in passes], result.get("capacity")], sort_keys=True
+        )
         run_id = hashlib.sha256(
             f"{result.get('test')}\0{profile}\0{measured}".encode()
         ).hexdigest()[:16]
@@ -105,6 +108,10 @@ def rows_of(report: Mapping[str, Any], time: str, commit: str) -> list[dict[str,
         }  # fmt: skip
         for key, values in baseline.report_series(result).items():
             row[key], row[key + SPREAD] = _median_and_spread(values)
+        # the medians leave out a failed request's infinite TTFT: the count says it
+        failed = [p.get("metrics", {}).get("failed") for p in passes]
+        if passes and all(isinstance(n, (int, float)) for n in failed):
+            row["failed"] = f"{sum(failed):g}"
         rows.append(row)
     return rows
 

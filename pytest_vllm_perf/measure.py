@@ -22,6 +22,7 @@ from typing import Any, Final, TypeVar
 
 from pytest_vllm_perf.core.errors import WorkloadError
 from pytest_vllm_perf.core.records import (
+    Check,
     GateResult,
     GaugeReading,
     Measurement,
@@ -29,6 +30,7 @@ from pytest_vllm_perf.core.records import (
     Outcome,
     PassRecord,
     Progress,
+    Provenance,
     Verdict,
 )
 from pytest_vllm_perf.core.registry import default_tolerances, validate_tolerances
@@ -36,7 +38,7 @@ from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.load import runner, scrape
 from pytest_vllm_perf.load.runner import GAUGES_EVERY_S
 from pytest_vllm_perf.serving.pool import SPLIT_NOTE, ServerHandle
-from pytest_vllm_perf.verdict import capacity, gate, stats, thresholds
+from pytest_vllm_perf.verdict import baseline, capacity, gate, stats, thresholds
 from pytest_vllm_perf.verdict.compare import STORED_ALPHA
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.sequential import DEFAULT_ALPHA, Design, Look
@@ -171,6 +173,8 @@ class CapacityRun:
     base: capacity.Search | None = None
     verdict: MetricVerdict | None = None
     stored: gate.CapacityGate | None = None  # what the stored baseline made of it
+    provenance: Provenance | None = None  # the (candidate) side's server
+    base_provenance: Provenance | None = None
 
     @property
     def regressed(self) -> bool:
@@ -200,6 +204,34 @@ class CapacityRun:
             )
         found = f"{head}: base {describe(self.base)}; candidate {describe(self.search)} ({spent})"
         return f"{found}; {judged(self.verdict)}" if self.verdict else found
+
+    def outcome(self, test_id: str, workload: Workload, min_rps: float | None = None) -> Outcome:
+        """The search as every test's outcome: ``capacity_rps`` its one metric (the fit,
+        or with no bounded interval the highest rate a pass held at), ``min_rps`` its
+        one threshold, and the gate's verdict on it, so that the terminal summary,
+        ``--vllm-json``, ``--vllm-markdown`` and ``prgate`` show it as a metric."""
+        if self.provenance is None:
+            raise ValueError("a capacity outcome needs the provenance of its server")
+        rps = self.search.lower_evidence
+        metrics = {capacity.METRIC: rps}
+        result = Measurement(workload, (), metrics, ())
+        checks: tuple[Check, ...] = ()
+        if min_rps is not None:
+            checks = (Check(f"min_{capacity.METRIC}", capacity.METRIC, min_rps, rps, True),)
+        line = self.line()
+        verdict: GateResult | None = None
+        if self.stored is not None:
+            verdict = self.stored.result(line)
+        elif self.verdict is not None and self.base_provenance is not None:
+            verdict = gate.capacity_ab(self.verdict, self.base_provenance, self.provenance, line)
+        sides = {"candidate": self.search, "base": self.base}
+        search = {
+            "class": self.cls,
+            "slo": dict(self.slo),
+            "seconds": round(self.seconds, 3),
+            **{side: baseline.search_dict(found) for side, found in sides.items() if found},
+        }
+        return Outcome(test_id, self.provenance, result, checks, verdict, search=search)
 
 
 def describe(found: capacity.Search) -> str:
@@ -250,15 +282,19 @@ def _capacity_trial(
     slo: Mapping[str, float],
     progress: Progress | None,
     label: str = "",
+    seen: dict[str, Provenance] | None = None,
 ) -> Callable[[float], float]:
     """One pass of ``workload`` at a rate of class ``target``, as its SLO margin; pass k
     replays schedule k. Failed requests count through the SLO's keys (a failed
-    request's TTFT is infinite)."""
+    request's TTFT is infinite). ``seen[label]``: the provenance of the server the
+    last pass ran on."""
     count = 0
 
     def trial(rate: float) -> float:
         nonlocal count
         handle = source() if callable(source) else source
+        if seen is not None:
+            seen[label] = handle.provenance
         load = workload.override({target: {"rate": rate}})
         found = measure(handle, load, 1, progress, first_index=count)
         count += 1
@@ -292,7 +328,8 @@ def capacity_search(
     started = time.monotonic()
     trial = _capacity_trial(handle, workload, target.name, slo, progress)
     found = capacity.search(trial, target.rate, tolerance, max_passes)
-    return CapacityRun(found, target.name, dict(slo), time.monotonic() - started)
+    spent = time.monotonic() - started
+    return CapacityRun(found, target.name, dict(slo), spent, provenance=handle.provenance)
 
 
 def capacity_gate(
@@ -344,8 +381,9 @@ def capacity_ab(
     target = _capacity_target(workload, slo, cls)
     started = time.monotonic()
     sources = {"base": base, "candidate": candidate}
+    seen: dict[str, Provenance] = {}
     trials = {
-        side: _capacity_trial(source, workload, target.name, slo, progress, f" {side}")
+        side: _capacity_trial(source, workload, target.name, slo, progress, f" {side}", seen)
         for side, source in sources.items()
     }
 
@@ -364,6 +402,8 @@ def capacity_ab(
         time.monotonic() - started,
         base=found["base"],
         verdict=verdict,
+        provenance=seen.get(" candidate"),
+        base_provenance=seen.get(" base"),
     )
 
 

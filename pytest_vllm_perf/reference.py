@@ -65,7 +65,7 @@ def metrics_table() -> str:
             f"`{m.key}`",
             m.label,
             m.unit or "-",
-            "per class" if m.per_class else "whole run",
+            "per class" if m.per_class else "a search" if m.source == "search" else "whole run",
             "-" if m.tolerance is None else "higher" if m.higher_is_better else "lower",
             pct(cpu.get(m.key)),
             pct(cuda.get(m.key)),

@@ -307,6 +307,9 @@ class Outcome:
 
     ``base`` is the base side's measurement of an A/B run (its passes pair with
     ``result``'s), kept so that reports can show, and benchmarks re-judge, both sides.
+    ``search`` is a capacity test's search as plain data (its class, SLO, and each
+    side's rates, margins and fit): its ``result`` holds ``capacity_rps`` alone, and
+    its ``gate`` that metric's verdict, so that it reaches every report as a metric.
     """
 
     test_id: str
@@ -315,6 +318,7 @@ class Outcome:
     checks: tuple[Check, ...]
     gate: GateResult | None = None
     base: Measurement | None = None
+    search: Mapping[str, Any] | None = None
 
     @property
     def profile(self) -> str:

@@ -35,7 +35,8 @@ __all__ = [
     "threshold_target",
 ]
 
-Source = Literal["request", "server"]
+# "search": a figure of a capacity search over passes at several rates, not of a pass
+Source = Literal["request", "server", "search"]
 LATENCIES: Final = ("ttft", "itl", "tpot", "e2el")
 LATENCY_STATS: Final = ("mean", "p50", "p90", "p99", "p999", "max")
 PERCENTILES: Final[Mapping[str, float]] = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
@@ -88,6 +89,7 @@ _TOLERANCES: Final[Mapping[str, float]] = {
     "output_throughput": 0.10,
     "request_throughput": 0.10,
     "preemptions_per_s": 0.50,
+    "capacity_rps": 0.10,
     "server_ttft_mean_ms": 0.30,
     "server_itl_mean_ms": 0.15,
     "server_tpot_mean_ms": 0.10,
@@ -216,6 +218,18 @@ def _build() -> dict[str, MetricDef]:
             "counter ratio",
             higher_is_better=True,
             fmt="{:.2f}",
+        ),
+        # the highest rate of one open-loop class at which an SLO holds
+        # (``vllm_perf.capacity``): a capacity test's one metric
+        MetricDef(
+            "capacity_rps",
+            "capacity",
+            "req/s",
+            "search",
+            "fit",
+            higher_is_better=True,
+            tolerance=_TOLERANCES["capacity_rps"],
+            fmt="{:.3g}",
         ),
         MetricDef("kv_cache_usage_peak", "KV peak", "fraction", "server", "peak", fmt="{:.2f}"),
         MetricDef(

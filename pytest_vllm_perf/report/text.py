@@ -414,6 +414,7 @@ def to_json(outcomes: Sequence[Outcome]) -> dict[str, Any]:
                 "distribution": baseline.distribution(o.result),
                 "passes": _passes_json(o.result),
                 **({"base_passes": _passes_json(o.base)} if o.base is not None else {}),
+                **({"capacity": dict(o.search)} if o.search is not None else {}),
                 "thresholds": [
                     {"key": c.key, "limit": c.limit, "measured": c.measured, "passed": c.passed}
                     for c in o.checks

@@ -61,6 +61,7 @@ __all__ = [
     "report_passes",
     "report_series",
     "save",
+    "search_dict",
     "slug",
 ]
 
@@ -291,7 +292,12 @@ def report_series(result: Mapping[str, Any]) -> dict[str, list[float]]:
     """A ``--vllm-json`` result's per-pass values by our metric keys, finite ones only
     (NaN and infinities, written as null and strings, left out), for the compared
     metrics and the workload's gated ones; a metric no pass measured is absent. What
-    the history and the pytest-benchmark export summarise."""
+    the history and the pytest-benchmark export summarise. A capacity search (its
+    ``capacity`` field) has no passes of one rate: its one figure, ``capacity_rps``."""
+    if "capacity" in result:
+        found = result.get("metrics", {}).get(capacity.METRIC)
+        usable = isinstance(found, (int, float)) and math.isfinite(found) and found > 0
+        return {capacity.METRIC: [float(found)]} if usable else {}
     workload = result.get("workload", {})
     keys = dict.fromkeys([*COMPARED, *workload.get("gate", ()), *workload.get("ab_gate", ())])
     per_pass = [
@@ -466,7 +472,6 @@ def capacity_document(
 ) -> dict[str, Any]:
     """A capacity search as a stored baseline: every pass's rate and margin, so that the
     fit is read back exactly as it was made; secrets removed."""
-    fit = found.capacity
     return redact.mapping(
         {
             "schema": CAPACITY_SCHEMA,
@@ -478,16 +483,23 @@ def capacity_document(
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "environment": provenance.environment.to_dict(),
             "commit_info": commit_info(),
-            "search": {
-                "rates": [_json(r) for r in found.rates],
-                "margins": [_json(m) for m in found.margins],
-                "converged": found.converged,
-                "capacity": None
-                if fit is None
-                else {k: _json(float(v)) for k, v in dataclasses.asdict(fit).items()},
-            },
+            "search": search_dict(found),
         }
     )
+
+
+def search_dict(found: capacity.Search) -> dict[str, Any]:
+    """A capacity search as plain data: every pass's rate and margin, and the fit; what
+    a stored capacity baseline and a capacity test's report hold."""
+    fit = found.capacity
+    return {
+        "rates": [_json(r) for r in found.rates],
+        "margins": [_json(m) for m in found.margins],
+        "converged": found.converged,
+        "capacity": None
+        if fit is None
+        else {k: _json(float(v)) for k, v in dataclasses.asdict(fit).items()},
+    }
 
 
 def load_capacity(path: Path) -> tuple[capacity.Search, Mapping[str, Any]] | None:

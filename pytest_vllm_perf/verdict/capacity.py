@@ -36,6 +36,7 @@ test's share of the run's false-alarm budget (``alpha``): the interval's upper b
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from typing import Final
 import numpy as np
 
 from pytest_vllm_perf.core.records import MetricVerdict, Verdict
-from pytest_vllm_perf.verdict import intervals
+from pytest_vllm_perf.verdict import compare, intervals
 
 __all__ = [
     "METRIC",
@@ -61,32 +62,14 @@ __all__ = [
 
 METRIC: Final = "capacity_rps"
 
-# Student's t 0.975 quantiles by degrees of freedom (standard tables); between 30 and
-# infinity, interpolated linearly in 1/df, which is accurate to 0.001 there.
-_T975: Final = {
-    1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-    9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
-    16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074,
-    23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045,
-    30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980,
-}  # fmt: skip
-_Z975: Final = 1.959964
 
-
+@functools.lru_cache(maxsize=256)
 def t_975(df: int) -> float:
-    """Student's t 0.975 quantile with ``df`` degrees of freedom."""
+    """Student's t 0.975 quantile with ``df`` degrees of freedom (``intervals.t_quantile``,
+    cached: a search fits after every pass, and the coverage simulation a million times)."""
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    if df in _T975:
-        return _T975[df]
-    known = sorted(_T975)
-    lower = max(k for k in known if k < df)
-    upper = min((k for k in known if k > df), default=None)
-    if upper is None:  # beyond 120: toward the normal quantile, linear in 1/df
-        w = (1 / df) / (1 / lower)
-        return _Z975 + w * (_T975[lower] - _Z975)
-    w = (1 / df - 1 / upper) / (1 / lower - 1 / upper)
-    return _T975[upper] + w * (_T975[lower] - _T975[upper])
+    return intervals.t_quantile(0.975, df)
 
 
 def margin(measured: dict[str, float], limits: dict[str, float]) -> float:
@@ -335,12 +318,14 @@ def judge(base: Search, current: Search, tolerance: float, alpha: float = ALPHA)
 
     The interval is exp(log ratio +- t * se), se the two fits' delta-method standard
     errors of log capacity in quadrature, t on Welch-Satterthwaite's degrees of freedom
-    (``bench/capacity_coverage.py`` checks its coverage). ``regressed`` when the whole
-    interval lies below 1 / (1 + tolerance), so a true change equal to the tolerance is
-    flagged at most 2.5% of the time; ``unchanged`` when it lies within the tolerance.
-    ``alpha`` below 2.5% (the test's share of a run's budget) asks the one-sided
-    bound at 1 - alpha to lie below it as well, so that capacity tests spend the run's
-    budget as metric tests do. A side without a bounded fit is ``inconclusive``, except
+    (``bench/capacity_coverage.py`` checks its coverage). The verdict is every metric's
+    rule (``compare.classify``) on the p of a change beyond the tolerance from the same
+    t: ``regressed`` when the one-sided bound at 1 - ``alpha`` (the test's share of a
+    run's budget, at most 2.5%: the 95% interval's upper bound) lies below
+    1 / (1 + tolerance), so a true loss equal to the tolerance is flagged at most
+    ``alpha`` of the time, and capacity tests spend the run's budget as metric tests do;
+    ``unchanged`` when the interval lies within the tolerance. A side without a bounded
+    fit is ``inconclusive``, except
     a current side at which no pass held the SLO while the base's did: that is
     ``regressed``, not hidden."""
     b, c = base.capacity, current.capacity
@@ -355,38 +340,47 @@ def judge(base: Search, current: Search, tolerance: float, alpha: float = ALPHA)
         return _joint(base, current, tolerance, point, alpha)
     var_b, var_c = b.log_se**2, c.log_se**2
     df = (var_b + var_c) ** 2 / (var_b**2 / b.df + var_c**2 / c.df)
+    dof = max(1, math.floor(df))
     se = math.sqrt(var_b + var_c)
-    half = t_975(max(1, math.floor(df))) * se
+    half = t_975(dof) * se
     ratio = c.rps / b.rps
     low, high = ratio * math.exp(-half), ratio * math.exp(half)
-    strict = ratio * math.exp(_t_one_sided(alpha, max(1, math.floor(df))) * se)
+
+    def standardised(theta0: float) -> float:  # log ratio against theta0, in se
+        return (math.log(ratio) - theta0) / se
+
+    p = _two_sided_beyond(standardised, dof, tolerance)
     basis = f"fits of {b.passes} and {c.passes} passes, Welch df {df:.1f}{_level(alpha)}"
-    verdict = _verdict(low, high, tolerance, strict)
     return MetricVerdict(
-        METRIC, b.rps, c.rps, ratio, low, high, tolerance, verdict, basis, level=alpha
-    )
+        METRIC, b.rps, c.rps, ratio, low, high, tolerance,
+        _classify(ratio, low, high, p, tolerance, alpha), basis, p_value=p, p_holm=p,
+        level=alpha,
+    )  # fmt: skip
 
 
-def _t_one_sided(alpha: float, df: int) -> float:
-    """The upper 1 - ``alpha`` quantile of Student's t: the 0.975 table at the default."""
-    return t_975(df) if alpha >= ALPHA else intervals.t_quantile(1 - alpha, df)
+def _two_sided_beyond(standardised: Callable[[float], float], dof: int, tolerance: float) -> float:
+    """The two-sided p of "no change beyond the tolerance" that ``compare.classify``
+    reads: twice the smaller one-sided p, of a capacity above 1 / (1 + tolerance) (a
+    loss beyond it) and of one below 1 + tolerance (a gain beyond it). ``standardised``:
+    the log ratio's distance from a log ratio, in standard errors, Student's t with
+    ``dof`` degrees of freedom under it."""
+    lost = intervals.t_sf(-standardised(-math.log1p(tolerance)), dof)
+    gained = intervals.t_sf(standardised(math.log1p(tolerance)), dof)
+    return min(1.0, 2 * min(lost, gained))
+
+
+def _classify(
+    ratio: float, low: float, high: float, p: float, tolerance: float, alpha: float
+) -> Verdict:
+    """Every metric's rule (``compare.classify``), capacity better higher: regressed when
+    the p of a loss beyond the tolerance is below the test's one-sided level. That is
+    the one-sided bound at 1 - alpha below 1 / (1 + tolerance); at the default 2.5%,
+    the 95% interval's upper bound (a level above it is held at it)."""
+    return compare.classify(ratio, low, high, p, tolerance, True, 2 * min(alpha, ALPHA))
 
 
 def _level(alpha: float) -> str:
     return "" if alpha >= ALPHA else f", regressed at one-sided level {alpha:.3g}"
-
-
-def _verdict(low: float, high: float, tolerance: float, strict: float | None = None) -> Verdict:
-    """The verdict of a 95% interval; ``strict``: the upper bound at the test's own
-    one-sided level, which ``regressed`` needs below the floor too."""
-    floor, ceiling = 1 / (1 + tolerance), 1 + tolerance
-    if high < floor and (strict is None or strict < floor):
-        return Verdict.REGRESSED
-    if low > ceiling:
-        return Verdict.IMPROVED
-    if low >= floor and high <= ceiling:
-        return Verdict.UNCHANGED
-    return Verdict.INCONCLUSIVE
 
 
 def _joint(
@@ -438,9 +432,15 @@ def _joint(
         return unresolved
     ratio = math.exp(n / d)
     low, high = (math.exp(min(root, 700.0)) for root in roots)
-    # the one-sided bound at the test's level: Fieller's interval at t(1 - alpha)
-    strict_roots = _fieller(n, d, vnn, vnd, vdd, _t_one_sided(alpha, dof) ** 2)
-    strict = math.inf if strict_roots is None else math.exp(min(strict_roots[1], 700.0))
+
+    def standardised(theta0: float) -> float:  # Fieller's statistic, signed as theta
+        return (
+            math.copysign(1.0, d)
+            * (n - theta0 * d)
+            / math.sqrt(vnn - 2 * theta0 * vnd + theta0 * theta0 * vdd)
+        )
+
+    p = _two_sided_beyond(standardised, dof, tolerance)
     basis = f"a side unresolved: joint fit of {len(rows)} passes with a common slope{_level(alpha)}"
     return MetricVerdict(
         METRIC,
@@ -450,7 +450,9 @@ def _joint(
         low,
         high,
         tolerance,
-        _verdict(low, high, tolerance, strict),
+        _classify(ratio, low, high, p, tolerance, alpha),
         basis,
+        p_value=p,
+        p_holm=p,  # one gated metric: Holm leaves its p as it is
         level=alpha,
     )

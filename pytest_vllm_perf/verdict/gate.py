@@ -33,6 +33,7 @@ __all__ = [
     "SaveMode",
     "ab",
     "capacity",
+    "capacity_ab",
     "compared_metrics",
     "evaluate",
     "gated_metrics",
@@ -239,6 +240,33 @@ class CapacityGate:
             and self.verdict is not None
             and self.verdict.verdict is Verdict.REGRESSED
         )
+
+    def result(self, note: str) -> GateResult:
+        """This as every test's gate result: the verdict, when there is one, as its
+        only metric's; ``note`` (the search in words) ahead of this gate's own."""
+        verdicts = () if self.verdict is None else (self.verdict,)
+        return GateResult(self.status, self.path, verdicts, note=_joined(note, self.note))
+
+
+def capacity_ab(
+    verdict: MetricVerdict,
+    base_provenance: Provenance,
+    candidate_provenance: Provenance,
+    note: str,
+) -> GateResult:
+    """An A/B capacity verdict as every A/B test's gate result: what differs between the
+    sides, and ``note`` (both searches in words)."""
+    changes = _diff(
+        base_provenance.profile_settings,
+        base_provenance.environment.to_dict(),
+        candidate_provenance,
+    )
+    label = f"the A/B base side {base_provenance.profile!r}"
+    return GateResult(GateStatus.AB, Path(label), (verdict,), tuple(changes), note)
+
+
+def _joined(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
 
 
 def capacity(

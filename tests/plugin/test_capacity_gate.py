@@ -66,11 +66,50 @@ def test_a_saved_capacity_gates_a_slower_server_and_passes_the_same_one(project,
     fake_vllm.per_stream_s = 0.03
     # the test's share of a run budget of 1% decides it (it was judged at 2.5% whatever
     # the budget)
-    slower = run(project, fake_vllm, "--vllm-stored-run-alpha=0.01")
+    slower = run(
+        project, fake_vllm, "--vllm-stored-run-alpha=0.01",
+        "--vllm-json=report.json", "--vllm-markdown=report.md",
+    )  # fmt: skip
     slower.assert_outcomes(failed=1)
     slower.stdout.fnmatch_lines(
         ["*capacity_rps x0.*regressed at 50%, one-sided level 0.01*capacity regressed*"]
     )
+    reported_as_a_metric(project, slower, "compared")
+
+
+def reported_as_a_metric(project, result, status):
+    """A capacity test's result reaches every report as the metric capacity_rps, judged
+    by the rule of every metric (a p of a change beyond the tolerance beside its
+    interval): the terminal summary's verdict and final line, --vllm-json (with the
+    search itself), --vllm-markdown, and the prgate summary, which reads the Markdown.
+    Before, a capacity test left no result in any of them."""
+    from pytest_vllm_perf import prgate
+
+    (found,) = json.loads((project.path / "report.json").read_text())["results"]
+    gate = found["baseline"]
+    assert found["test"].endswith("::test_capacity") and gate["status"] == status
+    assert found["metrics"]["capacity_rps"] > 0 and found["passes"] == []
+    assert len(found["capacity"]["candidate"]["rates"]) >= 3
+    (verdict,) = gate["verdicts"]
+    assert verdict["metric"] == "capacity_rps" and verdict["gated"]
+    assert 0 <= verdict["p_value"] <= 1 and verdict["verdict"] == gate["verdict"]
+    markdown = (project.path / "report.md").read_text()
+    assert f"| {gate['verdict']} |" in markdown and "capacity_rps: " in markdown
+    result.stdout.fnmatch_lines(
+        [f"*vLLM perf {'FAIL' if gate['verdict'] == 'regressed' else 'PASS'}*"]
+    )
+    # not promoted into a workload baseline (it has no passes of one rate); exported
+    from pytest_vllm_perf import cli
+
+    store = project.path / "promoted"
+    (line,) = cli.promote([project.path / "report.json"], store)
+    assert line.endswith("is a capacity search: not promoted") and not store.exists()
+    assert cli.main(["benchmark-json", "report.json", "--out", "bench.json"]) == 0
+    (bench,) = json.loads((project.path / "bench.json").read_text())["benchmarks"]
+    assert bench["name"].startswith("capacity_rps[") and bench["stats"]["rounds"] == 1, bench
+    if gate["verdict"] == "regressed":
+        step = prgate.Step("stored", ("pytest",), 1, 60.0, markdown)
+        assert "regressed: capacity_rps x0." in prgate.verdict([step])
 
 
 def test_ab_searches_both_sides_in_turn_and_judges_the_ratio(project, fake_vllm, monkeypatch):
@@ -80,10 +119,11 @@ def test_ab_searches_both_sides_in_turn_and_judges_the_ratio(project, fake_vllm,
     monkeypatch.setenv("FAKE_VLLM_URL", fake_vllm.url)
     result = project.runpytest_inprocess(
         "-p", "tests.fake_sides", "--vllm-profile=default", "--vllm-ab=default",
-        "-p", "no:cacheprovider", "-s",
+        "-p", "no:cacheprovider", "-s", "--vllm-json=report.json", "--vllm-markdown=report.md",
     )  # fmt: skip
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1, result.stdout.str()
     out = result.stdout.str()
     assert "capacity base:" in out and "capacity candidate:" in out
     result.stdout.fnmatch_lines(["*LINE*: base *; candidate *; capacity_rps x*"])
+    reported_as_a_metric(project, result, "a/b")

@@ -51,7 +51,8 @@ def test_failed_passes_are_left_out_and_too_few_passes_refused():
 
 
 def test_t_quantiles_match_the_tables():
-    assert capacity.t_975(1) == 12.706 and capacity.t_975(7) == 2.365
+    assert capacity.t_975(1) == pytest.approx(12.706, abs=0.001)
+    assert capacity.t_975(7) == pytest.approx(2.365, abs=0.001)
     assert capacity.t_975(35) == pytest.approx(2.030, abs=0.001)
     assert capacity.t_975(200) == pytest.approx(1.972, abs=0.001)
     assert capacity.t_975(10**6) == pytest.approx(1.960, abs=0.001)
@@ -245,3 +246,32 @@ def test_a_capacity_verdict_spends_its_share_of_the_run_budget():
     strict, loose = capacity.judge(b, c, 0.1, 0.005), capacity.judge(b, c, 0.1)
     assert (strict.low, strict.high) == (loose.low, loose.high)
     assert "one-sided level 0.005" in strict.basis and "level" not in loose.basis
+
+
+def test_capacity_is_judged_by_every_metric_s_rule():
+    """The verdict is ``compare.classify`` on a p of a change beyond the tolerance, the
+    rule of every other metric, and that p agrees with the 95% interval: below 0.05
+    exactly when the interval lies beyond the tolerance's floor or ceiling. Over seeded
+    pairs of searches at x1, x0.9 and x0.8, and a joint fit. Broken on purpose (the
+    sign of the loss's statistic flipped), this and the budget test fail."""
+    from pytest_vllm_perf.verdict import compare
+
+    rng = np.random.default_rng(11)
+    seen = set()
+    for true_ratio in (1.0, 0.9, 0.8):
+        for _ in range(60):
+            v = capacity.judge(search_of(10.0, rng), search_of(10.0 * true_ratio, rng), 0.1)
+            if math.isnan(v.low):
+                continue
+            assert 0 <= v.p_value <= 1, v
+            rule = compare.classify(v.ratio, v.low, v.high, v.p_value, 0.1, True, 0.05)
+            assert v.verdict == rule, v
+            beyond = v.high < 1 / 1.1 or v.low > 1.1
+            assert (v.p_value < 0.05) == beyond, v
+            seen.add(str(v.verdict))
+    assert {"regressed", "unchanged"} <= seen, seen
+    rates = np.repeat([8.0, 10.0, 12.5], 3)
+    base = capacity.search(simulated(rng, 10.0, 0.05)[0], 4.0, 0.1, 24)
+    noisy = np.exp(3.0 * np.log(rates / 4 / 2.5) + rng.normal(0, 0.05, 9))
+    joint = capacity.judge(base, capacity.Search(None, tuple(rates / 4), tuple(noisy), False), 0.1)
+    assert "joint fit" in joint.basis and joint.p_value < 0.05 and joint.verdict == "regressed"

@@ -174,3 +174,30 @@ def test_a_real_report_gives_the_medians_of_its_passes(tmp_path):
     assert float(row["itl_p50_ms.spread"]) == pytest.approx(sd, rel=1e-3)
     assert row["hardware_class"] == "1x NVIDIA H200" and row["vllm_version"] == "0.26.0"
     assert row["passes"] == "8" and row["profile"] == "plant"
+
+
+def test_failed_requests_are_counted_and_a_capacity_search_is_a_row(tmp_path):
+    """A run with failures shows them in a ``failed`` column (the medians leave out the
+    infinite TTFT of a failed request, so it showed only through its other figures);
+    a capacity test's result is one row whose figure is ``capacity_rps``, and two
+    searches with other passes are two runs (before, every capacity result had no
+    passes, so each had the same run id and none after the first was kept). Broken on
+    purpose (the search left out of the run id), the second search is not appended."""
+    doc = report(1.0, random.Random(5))
+    doc["results"][0]["passes"][3]["metrics"]["failed"] = 2
+    for p in doc["results"][0]["passes"]:
+        p["metrics"].setdefault("failed", 0)
+    (row,) = history.rows_of(doc, "2026-11-01T02:00:00+00:00", "c00")
+    assert row["failed"] == "2"
+
+    def searched(rates: list[float]) -> dict:
+        result = {"test": "t.py::test_capacity", "profile": "default", "passes": [],
+                  "environment": {"hardware_class": "cpu"}, "metrics": {"capacity_rps": 4.5},
+                  "capacity": {"class": "requests", "candidate": {"rates": rates}}}  # fmt: skip
+        return {"results": [result]}
+
+    root = tmp_path / "history"
+    for night, rates in enumerate(([4.0, 8.0, 6.0], [4.0, 8.0, 5.0])):
+        (row,) = history.rows_of(searched(rates), f"2026-11-0{night + 1}T02:00:00+00:00", "c")
+        assert row["capacity_rps"] == "4.5" and "failed" not in row
+        assert history.append(root, [row])[0].endswith(f"{night + 1} run(s), 1 appended")
