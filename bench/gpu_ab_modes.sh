@@ -22,7 +22,7 @@ git_ init -q && git_ add -A && git_ commit -qm "the repository as staged" || exi
 step() {  # NAME SELECT [PYTEST ARGS...]
   local name=$1 select=$2 started=$SECONDS
   shift 2
-  python3 -m pytest_vllm_perf.prgate examples --base HEAD --profiles default --stored '' \
+  python3 -m pytest_vllm_perf.tools.prgate examples --base HEAD --profiles default --stored '' \
     --out "$out/$name" -- -k "$select" "${common[@]}" "$@" 2>&1 | tee "$out/$name.log"
   echo "$name: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/times.txt"
 }

@@ -5,7 +5,7 @@
    throughput over the steady window should not depend on the pass length
    (counting to the last response made 8 s passes read 13% low).
 2. **Cross-check.** On the same server, ``vllm bench serve`` (vB) and the plugin's
-   client in both load shapes, run by run (``pytest_vllm_perf.crosscheck``): in the
+   client in both load shapes, run by run (``pytest_vllm_perf.tools.crosscheck``): in the
    bench-serve shape TPOT and ITL p50/p90 should agree with vB's within 3%; the
    steady shape shows what staggered users do to TPOT and the ITL tail.
 3. **A/B where one side queues.** ``half-gpu-seqs-16`` (16 running, the rest
@@ -30,11 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_vllm_perf import crosscheck, measure
+from pytest_vllm_perf import measure
 from pytest_vllm_perf.config import profiles
 from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.report import text
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
+from pytest_vllm_perf.tools import crosscheck
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -22,7 +22,7 @@ git_() { git -c user.name=gpu-gate -c user.email=gpu-gate@localhost "$@"; }
 git_ init -q && git_ add -A && git_ commit -qm "the repository as staged" || exit 1
 rm -rf .vllm-perf/1x-nvidia-h200  # measured on an older preset: re-saved below
 started=$SECONDS
-python3 -m pytest_vllm_perf.prgate examples --base HEAD --no-ab --stored-mode=save \
+python3 -m pytest_vllm_perf.tools.prgate examples --base HEAD --no-ab --stored-mode=save \
   --out "$out/save" -- "${pytest_args[@]}" 2>&1 | tee "$out/save.log"
 echo "save: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/times.txt"
 tar czf "$out/baselines.tgz" .vllm-perf
@@ -32,7 +32,7 @@ printf 'description: planted regression, one sequence cap below the users\nengin
   > profiles/planted.yaml
 git_ add profiles/planted.yaml && git_ commit -qm "a pull request: add a serving profile"
 started=$SECONDS
-python3 -m pytest_vllm_perf.prgate examples --base HEAD~1 --out "$out/pr" \
+python3 -m pytest_vllm_perf.tools.prgate examples --base HEAD~1 --out "$out/pr" \
   -- "${pytest_args[@]}" 2>&1 | tee "$out/pr.log"
 echo "pr: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/times.txt"
 tail -c 20000 "$cache"/logs/*.log > "$out/server-logs.txt" 2>/dev/null

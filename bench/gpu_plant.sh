@@ -48,7 +48,7 @@ step() {  # NAME BASE [PATH [-k EXPR]]
   local name=$1 base=$2 path=${3:-examples} started=$SECONDS
   local select=(-k "${TESTS:-decode}")
   [ "$path" = examples ] || select=()
-  python3 -m pytest_vllm_perf.prgate "$path" --base "$base" --profiles plant --stored '' \
+  python3 -m pytest_vllm_perf.tools.prgate "$path" --base "$base" --profiles plant --stored '' \
     --out "$out/$name" -- "${select[@]}" --vllm-ab-max-pairs="${MAX_PAIRS:-16}" \
     "${common[@]}" 2>&1 | tee "$out/$name.log"
   echo "$name: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s" | tee -a "$out/times.txt"

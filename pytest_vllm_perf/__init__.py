@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     """``PerfFixture`` is imported on first use: it pulls in the serving layer, which
-    ``python -m pytest_vllm_perf.cli`` (files only) must not import."""
+    ``vllm-perf table`` (files only) must not import."""
     if name == "PerfFixture":
         from pytest_vllm_perf.fixture import PerfFixture
 

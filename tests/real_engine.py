@@ -77,7 +77,7 @@ def vllm_processes(marker: str) -> list[str]:
     found = []
     for pid_dir in Path("/proc").glob("[0-9]*"):
         args = _cmdline(int(pid_dir.name))
-        if marker in args and "pytest_vllm_perf.launch" in args:
+        if marker in args and "pytest_vllm_perf.serving.launch" in args:
             found.append(args)
     return found
 

@@ -1,4 +1,4 @@
-"""A stand-in for ``pytest_vllm_perf.launch``: takes the same command line, behaves as
+"""A stand-in for ``pytest_vllm_perf.serving.launch``: takes the same command line, behaves as
 ``STUB_MODE`` says (``a,b``: ``a`` on the first start, ``b`` on later ones), and
 appends one line per start to ``STUB_STARTS`` (a file).
 

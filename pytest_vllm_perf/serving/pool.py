@@ -167,9 +167,9 @@ class ServerPool:
         """The launcher as a lone script, for another interpreter: that environment need
         not have the plugin, and must not see this one's packages (its own vLLM and torch
         come first). The launcher imports only the standard library (a contract)."""
-        from pytest_vllm_perf import launch
+        from pytest_vllm_perf.serving import launch
 
-        target = self.config.cache_dir / "launcher" / "pytest_vllm_perf.launch.py"
+        target = self.config.cache_dir / "launcher" / "pytest_vllm_perf.serving.launch.py"
         source = Path(launch.__file__).read_text(encoding="utf-8")
         if not target.is_file() or target.read_text(encoding="utf-8") != source:
             atomic.write_text(target, source)

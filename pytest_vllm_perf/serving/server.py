@@ -52,7 +52,7 @@ class ServerSpec:
     host: str = "127.0.0.1"
     python: str = sys.executable
     # how ``python`` finds the launcher: the module here, a lone script for another venv
-    launcher: tuple[str, ...] = ("-m", "pytest_vllm_perf.launch")
+    launcher: tuple[str, ...] = ("-m", "pytest_vllm_perf.serving.launch")
 
     def argv(self, port: int) -> list[str]:
         return [

@@ -14,13 +14,13 @@ import statistics
 
 import pytest
 
-from pytest_vllm_perf import history
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core import trace
 from pytest_vllm_perf.core.records import Verdict
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.measure import capacity_search, measure
 from pytest_vllm_perf.report import benchjson
+from pytest_vllm_perf.tools import history
 from pytest_vllm_perf.verdict import thresholds
 
 pytestmark = pytest.mark.engine

@@ -49,7 +49,7 @@ ONE_LOOK = ("--vllm-ab-max-pairs=10",)
 
 
 def _gate(repo: Path, out: str, *args: str) -> tuple[int, str, dict]:
-    gate = [sys.executable, "-m", "pytest_vllm_perf.prgate", "perf", f"--out={out}", *args]
+    gate = [sys.executable, "-m", "pytest_vllm_perf.tools.prgate", "perf", f"--out={out}", *args]
     done = subprocess.run(
         # one look of the 10 pairs: a regression found there would otherwise go on to
         # 16 pairs to decide the metrics still open, more CI time than this test needs

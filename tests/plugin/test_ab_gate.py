@@ -147,7 +147,7 @@ def test_ab_mode_usage_errors(project, fake_vllm, monkeypatch):
 def test_promoted_report_is_the_baseline_a_save_writes(project, fake_vllm, capsys):
     """A --vllm-json report promoted by the CLI holds the same passes as --vllm-save-baseline
     wrote in the same run; two reports make two boots, and the next run gates against them."""
-    from pytest_vllm_perf import cli
+    from pytest_vllm_perf.tools import main as vllm_perf
 
     run(project, fake_vllm, "--vllm-save-baseline", "--vllm-json=r1.json").assert_outcomes(passed=1)
     # the second report judged against nothing: an A/A of timed fake-server passes can
@@ -160,7 +160,7 @@ def test_promoted_report_is_the_baseline_a_save_writes(project, fake_vllm, capsy
     saved = json.loads(stored(project)[0].read_text())
     store = project.path / "promoted"
     reports = [str(project.path / "r1.json"), str(project.path / "r2.json")]
-    assert cli.main(["promote", *reports, "--store", str(store)]) == 0
+    assert vllm_perf(["promote", *reports, "--store", str(store)]) == 0
     assert "2 boot(s)" in capsys.readouterr().out
     (path,) = sorted(store.rglob("*.json"))
     assert path.relative_to(store) == stored(project)[0].relative_to(project.path / ".vllm-perf")
@@ -184,7 +184,7 @@ def test_promoted_report_is_the_baseline_a_save_writes(project, fake_vllm, capsy
 
 
 def test_promote_refuses_a_report_of_another_workload(project, fake_vllm, capsys):
-    from pytest_vllm_perf import cli
+    from pytest_vllm_perf.tools import main as vllm_perf
 
     run(project, fake_vllm, "--vllm-json=r1.json").assert_outcomes(passed=1)
     data = json.loads((project.path / "r1.json").read_text())
@@ -192,12 +192,12 @@ def test_promote_refuses_a_report_of_another_workload(project, fake_vllm, capsys
     (project.path / "r2.json").write_text(json.dumps(data))
     store = project.path / "promoted"
     args = ["promote", str(project.path / "r1.json"), str(project.path / "r2.json")]
-    assert cli.main([*args, "--store", str(store)]) == 2
+    assert vllm_perf([*args, "--store", str(store)]) == 2
     err = capsys.readouterr().err.strip()
     assert "cannot add a boot: the workload differs" in err and "\n" not in err
     assert not list(store.rglob("*.json"))  # nothing half-written
     (project.path / "bad.json").write_text("{}")
-    assert cli.main(["promote", str(project.path / "bad.json"), "--store", str(store)]) == 2
+    assert vllm_perf(["promote", str(project.path / "bad.json"), "--store", str(store)]) == 2
     assert "bad.json: not a --vllm-json report" in capsys.readouterr().err
 
 

@@ -83,7 +83,7 @@ def reported_as_a_metric(project, result, status):
     interval): the terminal summary's verdict and final line, --vllm-json (with the
     search itself), --vllm-markdown, and the prgate summary, which reads the Markdown.
     Before, a capacity test left no result in any of them."""
-    from pytest_vllm_perf import prgate
+    from pytest_vllm_perf.tools import prgate
 
     (found,) = json.loads((project.path / "report.json").read_text())["results"]
     gate = found["baseline"]
@@ -99,12 +99,13 @@ def reported_as_a_metric(project, result, status):
         [f"*vLLM perf {'FAIL' if gate['verdict'] == 'regressed' else 'PASS'}*"]
     )
     # not promoted into a workload baseline (it has no passes of one rate); exported
-    from pytest_vllm_perf import cli
+    from pytest_vllm_perf.tools import main as vllm_perf
+    from pytest_vllm_perf.tools.store import promote
 
-    store = project.path / "promoted"
-    (line,) = cli.promote([project.path / "report.json"], store)
-    assert line.endswith("is a capacity search: not promoted") and not store.exists()
-    assert cli.main(["benchmark-json", "report.json", "--out", "bench.json"]) == 0
+    promoted = project.path / "promoted"
+    (line,) = promote([project.path / "report.json"], promoted)
+    assert line.endswith("is a capacity search: not promoted") and not promoted.exists()
+    assert vllm_perf(["benchmark-json", "report.json", "--out", "bench.json"]) == 0
     (bench,) = json.loads((project.path / "bench.json").read_text())["benchmarks"]
     assert bench["name"].startswith("capacity_rps[") and bench["stats"]["rounds"] == 1, bench
     if gate["verdict"] == "regressed":

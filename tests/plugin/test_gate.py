@@ -218,9 +218,9 @@ def test_plots_and_side_by_side_table(project, fake_vllm, capsys):
     assert all((project.path / "plots" / n).stat().st_size > 10_000 for n in pngs)
     assert "![" in (project.path / "out" / "r.md").read_text()
 
-    from pytest_vllm_perf import cli
+    from pytest_vllm_perf.tools import main as vllm_perf
 
-    assert cli.main(["table", str(project.path / ".vllm-perf"), "--profiles", "q,p"]) == 0
+    assert vllm_perf(["table", str(project.path / ".vllm-perf"), "--profiles", "q,p"]) == 0
     table = capsys.readouterr().out
     assert "ratios to q" in table and "\np        " in table
 

@@ -6,7 +6,6 @@ import dataclasses
 import random
 from pathlib import Path
 
-from pytest_vllm_perf import bisect
 from pytest_vllm_perf import measure as measure_module
 from pytest_vllm_perf.core.records import (
     Environment,
@@ -21,6 +20,7 @@ from pytest_vllm_perf.core.records import (
 )
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.measure import alternation, assemble
+from pytest_vllm_perf.tools import bisect
 from pytest_vllm_perf.verdict import gate
 from pytest_vllm_perf.verdict.sequential import Design
 
@@ -120,9 +120,8 @@ def test_a_side_in_another_environment_runs_the_lone_launcher_with_that_python(t
     import venv
     from pathlib import Path
 
-    from pytest_vllm_perf import launch
     from pytest_vllm_perf.config import profiles
-    from pytest_vllm_perf.serving import hardware
+    from pytest_vllm_perf.serving import hardware, launch
     from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
 
     other = tmp_path / "other-venv"
@@ -133,8 +132,8 @@ def test_a_side_in_another_environment_runs_the_lone_launcher_with_that_python(t
     mine, _, _ = pool.spec(default)
     spec, _, _ = pool.spec(default, python)
     argv = spec.argv(8000)
-    assert mine.argv(8000)[:3] == [sys.executable, "-m", "pytest_vllm_perf.launch"]
-    assert argv[0] == python and argv[1].endswith("launcher/pytest_vllm_perf.launch.py")
+    assert mine.argv(8000)[:3] == [sys.executable, "-m", "pytest_vllm_perf.serving.launch"]
+    assert argv[0] == python and argv[1].endswith("launcher/pytest_vllm_perf.serving.launch.py")
     assert argv[2:] == mine.argv(8000)[3:]  # the same serve command otherwise
     assert Path(argv[1]).read_text() == Path(launch.__file__).read_text()
     assert "PYTHONPATH" not in spec.env

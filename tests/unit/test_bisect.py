@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vllm_perf import bisect
 from pytest_vllm_perf.core.errors import VllmPerfError
+from pytest_vllm_perf.tools import bisect
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASES = ["0.25.0", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vllm_perf import history
+from pytest_vllm_perf.tools import history
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST = "examples/test_decode.py::test_decode"
@@ -32,7 +32,7 @@ def postgres():
         pytest.skip("no PostgreSQL (VLLM_PERF_TEST_POSTGRES); make test starts one")
     import pg8000.native
 
-    from pytest_vllm_perf.history import _connect
+    from pytest_vllm_perf.tools.history import _connect
 
     name = f"h_{uuid.uuid4().hex[:12]}"
     admin = _connect(POSTGRES)

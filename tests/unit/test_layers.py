@@ -16,9 +16,9 @@ def imported_by(statement: str) -> list[str]:
 
 
 def test_cli_imports_nothing_that_serves_or_loads():
-    """`python -m pytest_vllm_perf.cli table` reads JSON: no server, load or pytest module."""
-    modules = imported_by("import pytest_vllm_perf.cli")
-    assert "pytest_vllm_perf.cli" in modules
+    """`vllm-perf table` reads JSON: no server, load or pytest module."""
+    modules = imported_by("import pytest_vllm_perf.tools.store")
+    assert "pytest_vllm_perf.tools.store" in modules
     assert "pytest_vllm_perf.verdict.baseline" in modules
     for layer in ("serving", "load", "measure", "fixture", "plugin", "options"):
         assert not [m for m in modules if m.startswith(f"pytest_vllm_perf.{layer}")], layer
@@ -48,7 +48,7 @@ def test_the_command_table_imports_a_command_only_when_it_runs():
         "f = io.StringIO(); r = contextlib.redirect_stdout(f); r.__enter__(); "
         "m.main(['table', '/nonexistent-store']); r.__exit__(None, None, None)"
     )
-    assert "pytest_vllm_perf.cli" in modules
+    assert "pytest_vllm_perf.tools.store" in modules
     for layer in ("serving", "load", "measure", "fixture", "plugin", "options", "bisect"):
         assert not [m for m in modules if m.startswith(f"pytest_vllm_perf.{layer}")], layer
 

@@ -37,7 +37,7 @@ time.sleep(60)
 def server() -> Iterator[tuple[str, subprocess.Popen[str], int]]:
     tag = f"orphan-unit-{uuid.uuid4().hex[:12]}"
     leader = subprocess.Popen(
-        [sys.executable, "-c", LEADER, "pytest_vllm_perf.launch", tag],
+        [sys.executable, "-c", LEADER, "pytest_vllm_perf.serving.launch", tag],
         env={**os.environ, "VLLM_PERF_TEST_TAG": tag},
         stdout=subprocess.PIPE,
         text=True,
@@ -75,7 +75,7 @@ def test_the_session_still_finds_the_child_after_its_leader_died(server):
 def test_the_launchers_command_line_is_found_by_its_marker(server):
     tag, leader, _ = server
     [found] = vllm_processes(tag)
-    assert "pytest_vllm_perf.launch" in found
+    assert "pytest_vllm_perf.serving.launch" in found
     assert vllm_processes(f"{tag}-other") == []
     leader.kill()
     leader.wait()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_vllm_perf import prgate
 from pytest_vllm_perf.serving import hardware
+from pytest_vllm_perf.tools import prgate
 from tests.scratch_git import git
 
 

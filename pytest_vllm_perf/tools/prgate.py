@@ -1,6 +1,6 @@
 """The pull-request gate: the one script a GPU workflow runs, and CI runs on the CPU engine.
 
-``python -m pytest_vllm_perf.prgate --base REV [SUITE]`` runs two steps, each a
+``vllm-perf prgate --base REV [SUITE]`` runs two steps, each a
 pytest session of the suite, and writes a summary:
 
 1. **A/B against the base revision** (``--vllm-ab-rev=REV``): every profile whose
@@ -186,7 +186,7 @@ def summary(steps: Sequence[Step], gpus: int, base: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pytest_vllm_perf.prgate",
+        prog="vllm-perf prgate",
         description="A/B the profiles a change touches against its base, then the stored "
         "baselines.",
     )

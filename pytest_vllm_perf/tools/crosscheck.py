@@ -5,7 +5,7 @@ would say on their own server: this drives one closed-loop decode load through
 the plugin's client in both load shapes, runs vB with the same load, and prints
 each metric side by side::
 
-    python -m pytest_vllm_perf.crosscheck --url http://127.0.0.1:8000 \\
+    vllm-perf crosscheck --url http://127.0.0.1:8000 \\
         --tokenizer /path/to/model --users 32 --prompt-tokens 128 --output-tokens 256
 
 - ``bench-serve`` shape (``Workload.shape``): every user starts at once, nothing
@@ -167,7 +167,7 @@ def _request_s(handle: ServerHandle, load: Load) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pytest_vllm_perf.crosscheck", description=__doc__.splitlines()[0]
+        prog="vllm-perf crosscheck", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--url", required=True, help="the running server, http://HOST:PORT")
     parser.add_argument("--model", help="model id to request (default: what it serves)")

@@ -1,4 +1,5 @@
-"""Baseline-store commands that read files only: they import nothing that starts a server.
+"""``vllm-perf table``, ``promote`` and ``benchmark-json``: baseline-store commands that
+read files only: they import nothing that starts a server.
 
 - ``table [STORE]``: side-by-side tables from stored baselines. Committed
   baselines hold every pass's metrics, so the profile comparison a session
@@ -9,10 +10,6 @@
   run. Without ``--add`` the first report replaces the stored baseline; each
   later report (and every report with ``--add``) is added as a boot, refused if
   its workload or profile differs. Files are written atomically.
-- ``claims FILE [--root DIR] [--readme docs/results.md [--check]]``: the tuning-claims
-  table (``report.claims``), each advice judged from the committed A/B report it
-  cites; ``--readme`` rewrites the file's ``<!-- claims -->`` block, ``--check``
-  exits 1 when that block no longer matches the results.
 - ``benchmark-json REPORT --out FILE``: the report in pytest-benchmark's JSON format
   (``report.benchjson``), which ``pytest-benchmark compare`` and dashboards read.
 """
@@ -28,10 +25,10 @@ from typing import Any
 
 from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import BaselineError
-from pytest_vllm_perf.report import benchjson, claims, text
+from pytest_vllm_perf.report import benchjson, text
 from pytest_vllm_perf.verdict import baseline
 
-__all__ = ["main", "promote", "sides"]
+__all__ = ["benchmark_json", "promote", "promote_main", "sides", "table"]
 
 
 def sides(store: Path, hardware: str | None, profiles: list[str]) -> list[text.Side]:
@@ -75,37 +72,19 @@ def promote(reports: Sequence[Path], store: Path, add: bool = False) -> list[str
     return lines + skipped
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_vllm_perf.cli")
-    sub = parser.add_subparsers(dest="command", required=True)
-    table = sub.add_parser("table", help="side-by-side profile tables from a baseline store")
-    table.add_argument("store", nargs="?", default=".vllm-perf", type=Path)
-    table.add_argument("--hardware", help="hardware class, e.g. '1x NVIDIA H200'")
-    table.add_argument(
+def table(argv: Sequence[str]) -> int:
+    """``vllm-perf table [STORE] [--hardware H] [--profiles a,b]``."""
+    parser = argparse.ArgumentParser(
+        prog="vllm-perf table", description="side-by-side profile tables from a baseline store"
+    )
+    parser.add_argument("store", nargs="?", default=".vllm-perf", type=Path)
+    parser.add_argument("--hardware", help="hardware class, e.g. '1x NVIDIA H200'")
+    parser.add_argument(
         "--profiles", default="", help="comma-separated order; first is the reference"
     )
-    up = sub.add_parser("promote", help="baselines from --vllm-json reports, one boot each")
-    up.add_argument("reports", nargs="+", type=Path, help="--vllm-json reports, oldest first")
-    up.add_argument("--store", default=".vllm-perf", type=Path, help="baseline store folder")
-    up.add_argument("--add", action="store_true", help="add boots to the stored baselines")
-    cl = sub.add_parser("claims", help="the tuning-claims table from committed A/B reports")
-    cl.add_argument("file", type=Path, help="the claims YAML file")
-    cl.add_argument("--root", default=Path(), type=Path, help="where its result paths start")
-    cl.add_argument("--readme", type=Path, help="rewrite this file's <!-- claims --> block")
-    cl.add_argument("--check", action="store_true", help="with --readme: exit 1 if stale")
-    bj = sub.add_parser("benchmark-json", help="a --vllm-json report as pytest-benchmark JSON")
-    bj.add_argument("report", type=Path, help="a --vllm-json report")
-    bj.add_argument("--out", required=True, type=Path, help="the pytest-benchmark JSON file")
     args = parser.parse_args(argv)
+    names = [p for p in args.profiles.split(",") if p]
     try:
-        if args.command == "benchmark-json":
-            return _benchmark_json(args.report, args.out)
-        if args.command == "claims":
-            return _claims(args)
-        if args.command == "promote":
-            print("\n".join(promote(args.reports, args.store, args.add)))
-            return 0
-        names = [p for p in args.profiles.split(",") if p]
         lines = text.side_by_side(sides(args.store, args.hardware, names))
     except BaselineError as exc:
         print(exc, file=sys.stderr)
@@ -114,29 +93,40 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _benchmark_json(report: Path, out: Path) -> int:
-    doc = baseline.read_report(report)
+def promote_main(argv: Sequence[str]) -> int:
+    """``vllm-perf promote REPORT... [--store DIR] [--add]``."""
+    parser = argparse.ArgumentParser(
+        prog="vllm-perf promote", description="baselines from --vllm-json reports, one boot each"
+    )
+    parser.add_argument("reports", nargs="+", type=Path, help="--vllm-json reports, oldest first")
+    parser.add_argument("--store", default=".vllm-perf", type=Path, help="baseline store folder")
+    parser.add_argument("--add", action="store_true", help="add boots to the stored baselines")
+    args = parser.parse_args(argv)
+    try:
+        print("\n".join(promote(args.reports, args.store, args.add)))
+    except BaselineError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return 0
+
+
+def benchmark_json(argv: Sequence[str]) -> int:
+    """``vllm-perf benchmark-json REPORT --out FILE``."""
+    parser = argparse.ArgumentParser(
+        prog="vllm-perf benchmark-json", description="a --vllm-json report as pytest-benchmark JSON"
+    )
+    parser.add_argument("report", type=Path, help="a --vllm-json report")
+    parser.add_argument("--out", required=True, type=Path, help="the pytest-benchmark JSON file")
+    args = parser.parse_args(argv)
+    try:
+        doc = baseline.read_report(args.report)
+    except BaselineError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     written = benchjson.document(doc, baseline.commit_info())
-    atomic.write_text(out, json.dumps(written, indent=2))
-    print(f"{out}: {len(written['benchmarks'])} benchmark(s) from {len(doc['results'])} result(s)")
+    atomic.write_text(args.out, json.dumps(written, indent=2))
+    print(
+        f"{args.out}: {len(written['benchmarks'])} benchmark(s) from "
+        f"{len(doc['results'])} result(s)"
+    )
     return 0
-
-
-def _claims(args: argparse.Namespace) -> int:
-    table = claims.markdown([claims.evaluate(c, args.root) for c in claims.load(args.file)])
-    if args.readme is None:
-        print(table)
-        return 0
-    old = args.readme.read_text(encoding="utf-8")
-    new = claims.render(old, table)
-    if args.check:
-        if new != old:
-            print(f"{args.readme}: the claims table is stale; rerun without --check")
-            return 1
-        return 0
-    atomic.write_text(args.readme, new)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """The reference tables (``docs/reference.md``), generated from the code so that they cannot
 drift.
 
-``python -m pytest_vllm_perf.reference docs/reference.md`` rewrites every block between
+``vllm-perf reference docs/reference.md`` rewrites every block between
 ``<!-- reference:NAME -->`` and ``<!-- /reference:NAME -->``; ``--check`` exits 1
 when a block is stale, and ``tests/unit/test_reference.py`` runs that check.
 """
@@ -138,7 +138,7 @@ def render(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_vllm_perf.reference")
+    parser = argparse.ArgumentParser(prog="vllm-perf reference")
     parser.add_argument("path", type=Path, help="the Markdown file with reference blocks")
     parser.add_argument("--check", action="store_true", help="exit 1 if a block is stale")
     args = parser.parse_args(argv)
