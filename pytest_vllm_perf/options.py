@@ -72,6 +72,21 @@ def settle_count(value: str, source: str) -> int | None:
     return count
 
 
+def shard(value: str, source: str) -> tuple[int, int] | None:
+    """``K/N``: this session runs the K-th of N shards (1-based); ``all`` (None): every
+    test."""
+    if value == "all":
+        return None
+    k, _, n = value.partition("/")
+    try:
+        found = (int(k), int(n))
+    except ValueError:
+        found = (0, 0)
+    if not 1 <= found[0] <= found[1]:
+        raise pytest.UsageError(f"{source}: expected K/N with 1 <= K <= N, or all, got {value!r}")
+    return found
+
+
 def _unwritable(folder: Path) -> str:
     """Why baselines cannot be written under ``folder`` (its nearest existing ancestor
     is a file, or not writable), or "" when they can."""
@@ -276,6 +291,15 @@ OPTIONS: Final = (
         "judged against stored baselines: each may falsely regress with probability at "
         "most min(0.025, this / those tests)",
     ),
+    Option(
+        "--vllm-shard",
+        "vllm_shard",
+        shard,
+        "all",
+        "K/N: run the K-th of N shards of the perf tests (stable by test id, for a CI "
+        "matrix; join the shards' --vllm-json reports with vllm-perf merge). The run "
+        "budgets are split over the tests of every shard, so the merged run keeps them",
+    ),
 )
 FLAGS: Final = (
     (
@@ -412,6 +436,7 @@ class Settings:
     ab_tests: int = 0  # the A/B tests selected (set at collection): they share ab_run_alpha
     stored_run_alpha: float = 0.05
     stored_tests: int = 0  # the other perf tests selected (set at collection)
+    shard: tuple[int, int] | None = None  # --vllm-shard K/N; None: every test
 
     @property
     def ab_alpha(self) -> float:
@@ -490,6 +515,7 @@ class Settings:
             ab_max_pairs=values["vllm_ab_max_pairs"],
             ab_run_alpha=values["vllm_ab_run_alpha"],
             stored_run_alpha=values["vllm_stored_run_alpha"],
+            shard=values["vllm_shard"],
             **_ab_side(values["vllm_ab"]),
         )
         if mode is not SaveMode.COMPARE and (why := _unwritable(settings.baseline_dir)):

@@ -12,6 +12,7 @@ import functools
 import os
 import signal
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -118,6 +119,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Check every perf test's marker and stored baselines, then group perf tests by
     profile (stable), so each server boots once per session."""
     settings = config.stash[SETTINGS]
+    # the A/B tests share the run's A/B false-alarm budget, the others the stored one:
+    # counted over every shard, so that the shards' tests together spend one budget
+    ab_tests = _ab_tests(items) if settings.ab else 0
+    stored_tests = _perf_tests(items) - ab_tests
+    settings = dataclasses.replace(settings, ab_tests=ab_tests, stored_tests=stored_tests)
+    config.stash[SETTINGS] = settings
+    if settings.shard is not None:
+        kept = [item for item in items if in_shard(item, settings.shard)]
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
     seen: set[str] = set()
     problems: list[str] = []
     # every profile a selected test runs under: a broken profiles/default.yaml (read
@@ -141,12 +152,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         problems += config.stash[POOL].check_engine_args(wanted)
     if problems:
         raise pytest.UsageError("\n".join(problems))
-    # the A/B tests share the run's A/B false-alarm budget, the others the stored one
-    ab_tests = _ab_tests(items) if settings.ab else 0
-    stored_tests = _perf_tests(items) - ab_tests
-    config.stash[SETTINGS] = dataclasses.replace(
-        settings, ab_tests=ab_tests, stored_tests=stored_tests
-    )
     order = {name: i for i, name in enumerate(settings.profiles)}
 
     def key(item: pytest.Item) -> tuple[int, str]:
@@ -175,6 +180,14 @@ def _servers_wanted(
 def _perf_tests(items: list[pytest.Item]) -> int:
     """The perf tests selected (those using the ``vllm_perf`` fixture)."""
     return sum("vllm_perf" in getattr(item, "fixturenames", ()) for item in items)
+
+
+def in_shard(item: pytest.Item, shard: tuple[int, int]) -> bool:
+    """Whether ``item`` belongs to shard K of N: by a hash of its test id (profiles
+    left out, so that a test's profiles run in one shard, side by side), stable across
+    machines and Python processes (crc32, not ``hash``)."""
+    k, n = shard
+    return zlib.crc32(item.nodeid.split("[")[0].encode()) % n == k - 1
 
 
 def _ab_tests(items: list[pytest.Item]) -> int:
@@ -280,6 +293,13 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         step_summary=os.environ.get("GITHUB_STEP_SUMMARY"),
         plots=pictures,
         headline=headline,
+        run={
+            "shard": None if settings.shard is None else "{}/{}".format(*settings.shard),
+            "ab_tests": settings.ab_tests,
+            "stored_tests": settings.stored_tests,
+            "ab_run_alpha": settings.ab_run_alpha,
+            "stored_run_alpha": settings.stored_run_alpha,
+        },
     )
     for path in [*written, *pictures]:
         terminalreporter.write_line(f"vLLM perf report written: {path}")

@@ -395,7 +395,10 @@ def _passes_json(result: Measurement) -> list[dict[str, Any]]:
     ]
 
 
-def to_json(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+def to_json(outcomes: Sequence[Outcome], run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``--vllm-json`` report: every result; ``run``: what the session was (its
+    shard and the run budgets its tests were judged under), which ``vllm-perf merge``
+    checks across shards."""
     results = []
     for o in outcomes:
         g, prov = o.gate, o.provenance
@@ -431,7 +434,7 @@ def to_json(outcomes: Sequence[Outcome]) -> dict[str, Any]:
                 },
             }
         )
-    return redact.mapping({"results": results})
+    return redact.mapping({"results": results, **({"run": dict(run)} if run else {})})
 
 
 def markdown(
@@ -460,11 +463,12 @@ def write_files(
     step_summary: str | None,
     plots: Sequence[Path] = (),
     headline: str = "",
+    run: Mapping[str, Any] | None = None,
 ) -> list[Path]:
     """Write the requested reports; the Markdown also goes to the GitHub job summary."""
     written = []
     if json_path:
-        text = json.dumps(to_json(outcomes), indent=1, sort_keys=True, default=str)
+        text = json.dumps(to_json(outcomes, run), indent=1, sort_keys=True, default=str)
         atomic.write_text(json_path, text)
         written.append(json_path)
     base = markdown_path.resolve().parent if markdown_path else None

@@ -40,6 +40,7 @@ COMMANDS: Final[dict[str, Command]] = {
     "table": Command(f"{_WING}.store", "table", "stored baselines side by side"),
     "promote": Command(f"{_WING}.store", "promote_main", "--vllm-json reports into baselines"),
     "history": Command(f"{_WING}.history", "main", "the run history and its change points (Otava)"),
+    "merge": Command(f"{_WING}.merge", "main", "join the --vllm-json reports of a run's shards"),
     "benchmark-json": Command(
         f"{_WING}.store", "benchmark_json", "a --vllm-json report as pytest-benchmark JSON"
     ),

@@ -1,0 +1,88 @@
+"""A run split over CI jobs: ``--vllm-shard=K/N`` runs a stable share of the perf tests,
+and ``vllm-perf merge`` joins the shards' ``--vllm-json`` reports into one report, one
+summary and one exit status, on the fake server (the mechanism; what a shard measures
+is any run's)."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+from pytest_vllm_perf.tools import merge
+from tests.plugin.test_gate import SLOWDOWN, run
+
+TEST = """
+import pytest
+
+@pytest.mark.vllm_perf(workload="mixed", duration_s=0.5, warmup_requests=1,
+                       chat={"users": 4, "output_tokens": 8},
+                       long={"rate": 4.0, "prompt_tokens": 64, "output_tokens": 4})
+def NAME(vllm_perf):
+    vllm_perf.run()
+"""
+
+
+def _names() -> tuple[str, str]:
+    """Two test names that fall in shards 1 and 2 of 2 (crc32 of the test id)."""
+    found: dict[int, str] = {}
+    for k in range(100):
+        name = f"test_perf_{k}"
+        found.setdefault(zlib.crc32(f"test_shards.py::{name}".encode()) % 2, name)
+    return found[0], found[1]
+
+
+def test_two_shards_merge_into_one_report_and_a_regression_in_either_fails(
+    perf_project, fake_vllm, capsys
+):
+    """Baselines saved in one whole run; then each shard runs its one test, both shards'
+    reports count the run's two perf tests (the budget is split over every shard), and
+    the merge holds both results and passes. The second shard rerun on a server 8x
+    slower regresses, and the merge of the first shard with it fails naming that test;
+    a shard left out fails the merge; a shard given twice is an error. Broken on
+    purpose (every test in every shard), the shards each hold two results and the
+    merge refuses them as one result twice."""
+    first, second = _names()
+    perf_project.makepyfile(test_shards=TEST.replace("NAME", first) + TEST.replace("NAME", second))
+    (perf_project.path / "profiles" / "p.yaml").write_text("extends: default\n")
+    run(perf_project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=2)
+    reports = []
+    for k, name in ((1, first), (2, second)):
+        out = perf_project.path / f"shard{k}.json"
+        shard = run(perf_project, fake_vllm, f"--vllm-shard={k}/2", f"--vllm-json={out}")
+        outcomes = shard.parseoutcomes()
+        assert outcomes.get("deselected") == 1, shard.stdout.str()
+        doc = json.loads(out.read_text())
+        assert [r["test"] for r in doc["results"]] == [f"test_shards.py::{name}"]
+        assert doc["run"]["shard"] == f"{k}/2" and doc["run"]["stored_tests"] == 2
+        reports.append(out)
+    capsys.readouterr()
+    merged = perf_project.path / "merged.json"
+    args = [str(r) for r in reports]
+    status = merge.main([*args, "--json", str(merged), "--markdown", "merged.md"])
+    printed = capsys.readouterr().out
+    doc = json.loads(merged.read_text())
+    assert len(doc["results"]) == 2 and doc["run"]["merged"] == args
+    regressed = any(merge.failures(r) for r in doc["results"])  # an A/A may say otherwise
+    assert status == (1 if regressed else 0), printed
+    assert "vLLM perf PASS: 2 results" in printed or regressed, printed
+    fake_vllm.delay_s *= SLOWDOWN
+    slower = perf_project.path / "shard2-slower.json"
+    run(perf_project, fake_vllm, "--vllm-shard=2/2", f"--vllm-json={slower}").assert_outcomes(
+        failed=1, deselected=1
+    )
+    capsys.readouterr()
+    assert merge.main([args[0], str(slower)]) == 1
+    printed = capsys.readouterr().out
+    assert f"vLLM perf FAIL: 1 of 2 results failed: test_shards.py::{second} [p]" in printed
+    assert merge.main([args[0]]) == 1
+    assert "shard 2/2 missing" in capsys.readouterr().out
+    assert merge.main([args[0], args[0]]) == 2
+    assert "shard 1/2 is also" in capsys.readouterr().err
+
+
+def test_a_shard_is_k_of_n(perf_project, fake_vllm):
+    perf_project.makepyfile(TEST.replace("NAME", "test_perf"))
+    for bad in ("3/2", "0/2", "1-2"):
+        result = run(perf_project, fake_vllm, f"--vllm-shard={bad}")
+        assert result.ret == 4, bad
+        result.stderr.fnmatch_lines([f"*--vllm-shard: expected K/N with 1 <= K <= N*{bad}*"])
