@@ -9,21 +9,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import os
 import signal
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
 from pytest_vllm_perf import options
 from pytest_vllm_perf.config.profiles import Profile
-from pytest_vllm_perf.core.errors import PlotsUnavailable, ServerError
+from pytest_vllm_perf.core import atomic
+from pytest_vllm_perf.core.errors import PlotsUnavailable, ServerError, VllmPerfError
 from pytest_vllm_perf.core.records import Outcome, Progress
 from pytest_vllm_perf.fixture import PerfFixture, preflight, stored_baselines
-from pytest_vllm_perf.report import plots, text
+from pytest_vllm_perf.report import merged, plots, text
 from pytest_vllm_perf.serving import hardware, server
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
 
@@ -31,6 +33,9 @@ SETTINGS = pytest.StashKey[options.Settings]()
 POOL = pytest.StashKey[ServerPool]()
 OUTCOMES = pytest.StashKey[list[Outcome]]()
 STARTED = pytest.StashKey[float]()  # the session's start (time.monotonic), for its minutes
+# under pytest-xdist, on the controller: each worker's --vllm-json report, as it ended
+WORKER_REPORTS = pytest.StashKey[list[tuple[str, dict[str, Any]]]]()
+WORKER_OUTPUT: Final = "vllm_perf_report"
 PERF_FIXTURES = ("vllm_perf", "vllm_server")
 
 
@@ -46,7 +51,10 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     settings = options.Settings.from_config(config)
     config.stash[SETTINGS] = settings
+    if _worker(config):
+        _own_devices(config, settings)
     config.stash[OUTCOMES] = []
+    config.stash[WORKER_REPORTS] = []
     config.stash[STARTED] = time.monotonic()
     config.stash[POOL] = ServerPool(
         PoolConfig(
@@ -267,9 +275,105 @@ def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iter
     )
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+def _run_record(settings: options.Settings) -> dict[str, Any]:
+    """What a session was, for its report: its shard and the budgets it judged under."""
+    return {
+        "shard": None if settings.shard is None else "{}/{}".format(*settings.shard),
+        "ab_tests": settings.ab_tests,
+        "stored_tests": settings.stored_tests,
+        "ab_run_alpha": settings.ab_run_alpha,
+        "stored_run_alpha": settings.stored_run_alpha,
+    }
+
+
+def _own_devices(config: pytest.Config, settings: options.Settings) -> None:
+    """A pytest-xdist worker's own devices, set in its environment before any server
+    boots (its servers inherit it): on a GPU host its group of the job's GPUs, so each
+    worker is judged under its own hardware class; on the CPU engine one core for its
+    engines' OpenMP thread, the workers alternating (vLLM's CPU build binds every
+    engine to the last core by default: under xdist all workers' engines ran on that
+    one core while the other idled, 120% CPU of 200% over a CI run)."""
+    workerinput = getattr(config, "workerinput", {})
+    worker, workers = (
+        int(str(workerinput.get("workerid", "gw0"))[2:]),
+        int(workerinput.get("workercount", 1)),
+    )
+    if settings.platform != "cpu" and settings.url is None:
+        mask = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = hardware.all_gpus()
+        devices = (
+            [part.strip() for part in mask.split(",") if part.strip()]
+            if mask is not None
+            else [index for index, _ in gpus]
+        )
+        if devices and gpus:
+            try:
+                own = hardware.worker_devices(devices, worker, workers)
+            except ValueError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(own)
+            return
+    cores = sorted(os.sched_getaffinity(0))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(cores[worker % len(cores)]))
+
+
+def _worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")  # a pytest-xdist worker
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker, its results go to the controller as a report (the
+    worker's own terminal and files are nobody's to read or write)."""
+    config = session.config
     outcomes = config.stash.get(OUTCOMES, [])
-    if not outcomes:
+    if _worker(config) and outcomes:
+        report = text.to_json(outcomes, _run_record(config.stash[SETTINGS]))
+        config.workeroutput[WORKER_OUTPUT] = json.dumps(report, default=str)  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it
+def pytest_testnodedown(node: Any, error: object) -> None:
+    found = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
+    if found:
+        name = str(getattr(node, "gateway", None) and node.gateway.id)
+        node.config.stash[WORKER_REPORTS].append((name, json.loads(found)))
+
+
+def _merged_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The controller's one summary, JSON and Markdown of every worker's results."""
+    settings = config.stash[SETTINGS]
+    found = config.stash[WORKER_REPORTS]
+    reports = sorted(found, key=lambda r: r[0])
+    try:
+        doc, missing = merged.merge(reports, shards_of_one_run=False)
+    except VllmPerfError as exc:
+        terminalreporter.write_line(f"vLLM perf workers' reports not merged: {exc}", red=True)
+        return
+    terminalreporter.section("vLLM perf summary")
+    lines, headline = merged.summary(doc, missing)
+    for line in lines:
+        terminalreporter.write_line(line)
+    md = merged.markdown(doc, missing, headline)
+    if settings.json_path:
+        atomic.write_text(settings.json_path, json.dumps(doc, indent=1, sort_keys=True))
+    if settings.markdown_path:
+        atomic.write_text(settings.markdown_path, md)
+    if step_summary := os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(step_summary, "a", encoding="utf-8") as handle:
+            handle.write(md)
+    for path in (settings.json_path, settings.markdown_path):
+        if path:
+            terminalreporter.write_line(f"vLLM perf report written: {path}")
+    failed = headline.startswith("vLLM perf FAIL")
+    terminalreporter.write_line(headline, bold=True, red=failed, green=not failed)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if config.stash.get(WORKER_REPORTS, []):
+        _merged_summary(terminalreporter, config)
+        return
+    outcomes = config.stash.get(OUTCOMES, [])
+    if not outcomes or _worker(config):
         return
     settings = config.stash[SETTINGS]
     terminalreporter.section("vLLM perf summary")
@@ -293,13 +397,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         step_summary=os.environ.get("GITHUB_STEP_SUMMARY"),
         plots=pictures,
         headline=headline,
-        run={
-            "shard": None if settings.shard is None else "{}/{}".format(*settings.shard),
-            "ab_tests": settings.ab_tests,
-            "stored_tests": settings.stored_tests,
-            "ab_run_alpha": settings.ab_run_alpha,
-            "stored_run_alpha": settings.stored_run_alpha,
-        },
+        run=_run_record(settings),
     )
     for path in [*written, *pictures]:
         terminalreporter.write_line(f"vLLM perf report written: {path}")

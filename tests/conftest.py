@@ -15,14 +15,8 @@ from tests.real_engine import require_engine
 
 REPO = Path(__file__).resolve().parent.parent
 
-# vLLM's CPU build binds an engine's OpenMP thread to the last core by default and
-# leaves the other to the API server. Under xdist every worker's engines ran their
-# loads on that one core while the other idled (120% CPU of 200% over a run), so each
-# worker's engines get one core, the workers alternating (the engines inherit this).
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-if _WORKER.startswith("gw"):
-    _CORES = sorted(os.sched_getaffinity(0))
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_CORES[int(_WORKER[2:]) % len(_CORES)]))
+# Each xdist worker's engines get a core of their own: the plugin's doing
+# (plugin._own_devices), as for any user's ``pytest -n N``.
 
 # CI runs the suite on four pytest-xdist workers (``make test``: ``-n 4 --dist loadfile
 # --no-loadscope-reorder``, which keeps this order; xdist's own puts the files with the

@@ -31,6 +31,7 @@ __all__ = [
     "interpreter_versions",
     "parallelism",
     "visible",
+    "worker_devices",
 ]
 
 
@@ -60,6 +61,20 @@ def visible(gpus: Sequence[tuple[str, str]], mask: str | None) -> tuple[str, ...
     if not all(part in by_index for part in wanted):  # UUIDs or MIG names: trust nvidia-smi
         return tuple(name for _, name in gpus)
     return tuple(by_index[part] for part in wanted)
+
+
+def worker_devices(devices: Sequence[str], worker: int, workers: int) -> tuple[str, ...]:
+    """The GPUs of one of ``workers`` pytest-xdist workers: ``devices`` (the job's, in
+    ``CUDA_VISIBLE_DEVICES`` order) split into equal groups, worker k taking group k,
+    so each boots its servers on GPUs of its own; ValueError when there are fewer
+    GPUs than workers (several workers on one GPU need a memory split of their own)."""
+    per = len(devices) // workers
+    if per < 1:
+        raise ValueError(
+            f"{workers} pytest-xdist workers and {len(devices)} GPU(s): each worker needs "
+            "one GPU or more (CUDA_VISIBLE_DEVICES lists the job's)"
+        )
+    return tuple(devices[worker * per : (worker + 1) * per])
 
 
 def gpu_count(

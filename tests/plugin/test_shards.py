@@ -86,3 +86,30 @@ def test_a_shard_is_k_of_n(perf_project, fake_vllm):
         result = run(perf_project, fake_vllm, f"--vllm-shard={bad}")
         assert result.ret == 4, bad
         result.stderr.fnmatch_lines([f"*--vllm-shard: expected K/N with 1 <= K <= N*{bad}*"])
+
+
+def test_two_xdist_workers_give_one_summary_and_one_report(perf_project, fake_vllm):
+    """``pytest -n 2``: each worker measures its own test (xdist's load scheduling) and
+    sends its results to the controller, which prints one summary holding both, one
+    PASS/FAIL line, and writes one JSON report and one Markdown summary with both
+    results. Before, the controller had no outcomes (they lived in the workers) and
+    printed no summary, and the workers would have written the same report file.
+    Broken on purpose (the workers' reports not sent), there is no summary."""
+    first, second = _names()
+    perf_project.makepyfile(test_shards=TEST.replace("NAME", first) + TEST.replace("NAME", second))
+    (perf_project.path / "profiles" / "p.yaml").write_text("extends: default\n")
+    result = perf_project.runpytest_subprocess(
+        f"--vllm-url={fake_vllm.url}", "--vllm-profile=p", "-p", "no:cacheprovider",
+        "--vllm-repeat=2", "-n", "2", "--vllm-json=all.json", "--vllm-markdown=all.md",
+    )  # fmt: skip
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert out.count("vLLM perf summary") == 1, out
+    assert f"test_shards.py::{first}" in out and f"test_shards.py::{second}" in out
+    assert "vLLM perf PASS: 2 results" in out, out
+    doc = json.loads((perf_project.path / "all.json").read_text())
+    assert sorted(r["test"] for r in doc["results"]) == sorted(
+        f"test_shards.py::{n}" for n in (first, second)
+    )
+    assert sorted(doc["run"]["merged"]) == ["gw0", "gw1"] and doc["run"]["stored_tests"] == 2
+    assert "vLLM perf PASS: 2 results" in (perf_project.path / "all.md").read_text()

@@ -13,3 +13,18 @@ def test_cuda_visible_devices_picks_the_gpus_of_the_hardware_class():
     assert hardware.visible(TWO, "") == ()
     # UUIDs are not indices: every GPU nvidia-smi listed, rather than a guess
     assert hardware.visible(TWO, "GPU-5f3c") == ("NVIDIA H200", "NVIDIA H200")
+
+
+def test_each_xdist_worker_takes_its_own_group_of_the_job_s_gpus():
+    """``pytest -n 2`` on four GPUs: two each, in CUDA_VISIBLE_DEVICES order (a profile
+    with tensor_parallel_size 2 fits each group); on two, one each; more workers than
+    GPUs is refused with the counts."""
+    import pytest
+
+    from pytest_vllm_perf.serving.hardware import worker_devices
+
+    four = ["3", "1", "0", "2"]
+    assert [worker_devices(four, k, 2) for k in (0, 1)] == [("3", "1"), ("0", "2")]
+    assert [worker_devices(["0", "1"], k, 2) for k in (0, 1)] == [("0",), ("1",)]
+    with pytest.raises(ValueError, match="3 pytest-xdist workers and 2 GPU"):
+        worker_devices(["0", "1"], 0, 3)
