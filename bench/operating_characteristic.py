@@ -1,6 +1,6 @@
 """The gate's operating characteristic: how often each verdict comes out, by true change.
 
-For each workload's gated metrics, a noise model (``pytest_vllm_perf.verdict.noise``:
+For each workload's gated metrics, a noise model (``bench/noise.py``:
 boot, schedule and pass-to-pass scales on the log scale) is fitted to the committed
 per-pass metrics of real boots, and the real verdict is run on passes drawn from
 it, with the metric made ``r`` times worse on the current side (latency x r,
@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import noise  # bench/noise.py, beside this script (its only caller)
 import numpy as np
 
 from pytest_vllm_perf.config import workloads
@@ -49,7 +50,7 @@ from pytest_vllm_perf.core.registry import (
     from_bench_serve_key,
     tolerance_for,
 )
-from pytest_vllm_perf.verdict import baseline, compare, noise, sequential
+from pytest_vllm_perf.verdict import baseline, compare, sequential
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
