@@ -17,7 +17,10 @@ import numpy as np
 import pytest
 
 from pytest_vllm_perf.core.records import Verdict
-from pytest_vllm_perf.verdict import compare, intervals, noise, sequential
+from pytest_vllm_perf.verdict import compare, intervals, sequential
+from tests.bench_module import bench_module
+
+noise = bench_module("noise")  # bench/noise.py
 
 PLANT = json.loads((Path(__file__).parent / "data" / "h200_plant_passes.json").read_text())
 # the tolerances the plant runs printed (the cuda platform's, registry.PLATFORM_TOLERANCES)
