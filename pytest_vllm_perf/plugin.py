@@ -21,7 +21,6 @@ import pytest
 
 from pytest_vllm_perf import options
 from pytest_vllm_perf.config.profiles import Profile
-from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import PlotsUnavailable, ServerError, VllmPerfError
 from pytest_vllm_perf.core.records import Outcome, Progress
 from pytest_vllm_perf.fixture import PerfFixture, preflight, stored_baselines
@@ -353,17 +352,15 @@ def _merged_summary(terminalreporter: Any, config: pytest.Config) -> None:
     lines, headline = merged.summary(doc, missing)
     for line in lines:
         terminalreporter.write_line(line)
-    md = merged.markdown(doc, missing, headline)
-    if settings.json_path:
-        atomic.write_text(settings.json_path, json.dumps(doc, indent=1, sort_keys=True))
-    if settings.markdown_path:
-        atomic.write_text(settings.markdown_path, md)
-    if step_summary := os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(step_summary, "a", encoding="utf-8") as handle:
-            handle.write(md)
-    for path in (settings.json_path, settings.markdown_path):
-        if path:
-            terminalreporter.write_line(f"vLLM perf report written: {path}")
+    written = text.write_report(
+        doc,
+        merged.markdown(doc, missing, headline),
+        settings.json_path,
+        settings.markdown_path,
+        os.environ.get("GITHUB_STEP_SUMMARY"),
+    )
+    for path in written:
+        terminalreporter.write_line(f"vLLM perf report written: {path}")
     failed = headline.startswith("vLLM perf FAIL")
     terminalreporter.write_line(headline, bold=True, red=failed, green=not failed)
 

@@ -4,6 +4,7 @@ in, plain JSON and text out: the ``--vllm-json`` report's own shape."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -94,9 +95,7 @@ def summary(doc: Mapping[str, Any], missing: Sequence[str]) -> tuple[list[str], 
         parts += [f"{m} missing" for m in missing]
         head = f"FAIL: {len(failing)} of {len(rows)} results failed"
         return lines, f"vLLM perf {head}: {'; '.join(parts)} ({merged})"
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row[2]] = counts.get(row[2], 0) + 1
+    counts = Counter(row[2] for row in rows)
     words = ", ".join(f"{n} {word}" for word, n in sorted(counts.items()))
     return lines, f"vLLM perf PASS: {len(rows)} results ({words}) ({merged})"
 

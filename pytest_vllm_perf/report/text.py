@@ -466,17 +466,29 @@ def write_files(
     run: Mapping[str, Any] | None = None,
 ) -> list[Path]:
     """Write the requested reports; the Markdown also goes to the GitHub job summary."""
-    written = []
-    if json_path:
-        text = json.dumps(to_json(outcomes, run), indent=1, sort_keys=True, default=str)
-        atomic.write_text(json_path, text)
-        written.append(json_path)
     base = markdown_path.resolve().parent if markdown_path else None
     text = markdown(outcomes, [p.resolve() for p in plots], base, headline)
+    report = to_json(outcomes, run) if json_path else None
+    return write_report(report, text, json_path, markdown_path, step_summary)
+
+
+def write_report(
+    report: Mapping[str, Any] | None,
+    markdown_text: str,
+    json_path: Path | None,
+    markdown_path: Path | None,
+    step_summary: str | None,
+) -> list[Path]:
+    """A report's JSON and Markdown, each written atomically where asked, the Markdown
+    also appended to the GitHub job summary: one session's, or a merge of several."""
+    written = []
+    if json_path and report is not None:
+        atomic.write_text(json_path, json.dumps(report, indent=1, sort_keys=True, default=str))
+        written.append(json_path)
     if markdown_path:
-        atomic.write_text(markdown_path, text)
+        atomic.write_text(markdown_path, markdown_text)
         written.append(markdown_path)
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as handle:
-            handle.write(text)
+            handle.write(markdown_text)
     return written

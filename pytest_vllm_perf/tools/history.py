@@ -91,10 +91,9 @@ def rows_of(report: Mapping[str, Any], time: str, commit: str) -> list[dict[str,
         passes = result.get("passes") or ()
         env = result.get("environment", {})
         profile = result.get("profile") or ""
-        # a capacity search is told from another by its passes' rates and margins
-        measured = json.dumps(
-            [[p.get("metrics", {}) for p in passes], result.get("capacity")], sort_keys=True
-        )
+        measured = json.dumps([p.get("metrics", {}) for p in passes], sort_keys=True)
+        if "capacity" in result:  # a search has no passes: told apart by its rates, margins
+            measured += json.dumps(result["capacity"], sort_keys=True)
         run_id = hashlib.sha256(
             f"{result.get('test')}\0{profile}\0{measured}".encode()
         ).hexdigest()[:16]

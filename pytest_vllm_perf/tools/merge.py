@@ -14,13 +14,12 @@ test that errored before it measured leaves no result to merge.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import BaselineError
+from pytest_vllm_perf.report import text
 from pytest_vllm_perf.report.merged import failures, markdown, merge, summary
 from pytest_vllm_perf.verdict import baseline
 
@@ -41,10 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     lines, headline = summary(doc, missing)
-    if args.json:
-        atomic.write_text(args.json, json.dumps(doc, indent=1, sort_keys=True))
-    if args.markdown:
-        atomic.write_text(args.markdown, markdown(doc, missing, headline))
+    text.write_report(doc, markdown(doc, missing, headline), args.json, args.markdown, None)
     print("\n".join([*lines, headline]))
     return 1 if headline.startswith("vLLM perf FAIL") else 0
 

@@ -9,17 +9,10 @@ import json
 import zlib
 
 from pytest_vllm_perf.tools import merge
+from tests.plugin.conftest import PERF_TEST
 from tests.plugin.test_gate import SLOWDOWN, run
 
-TEST = """
-import pytest
-
-@pytest.mark.vllm_perf(workload="mixed", duration_s=0.5, warmup_requests=1,
-                       chat={"users": 4, "output_tokens": 8},
-                       long={"rate": 4.0, "prompt_tokens": 64, "output_tokens": 4})
-def NAME(vllm_perf):
-    vllm_perf.run()
-"""
+TEST = PERF_TEST.replace("def test_perf(", "def NAME(")
 
 
 def _names() -> tuple[str, str]:
