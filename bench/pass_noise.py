@@ -7,6 +7,7 @@ Where the client's mean ITL and the engine's (``server_itl_mean_ms``, its histog
 sums over counts) are about as noisy, the noise is the engine's, not the client's.
 
     python bench/pass_noise.py bench/results/h200/plant-l33/l33/ab.json ... [> FILE]
+    python bench/pass_noise.py --keys chat.p99_itl_ms,chat.p99_tpot_ms REPORT ...
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ KEYS = (
 )
 
 
-def rows(report: dict) -> list[str]:
+def rows(report: dict, keys: Sequence[str] = KEYS) -> list[str]:
     out = []
     for result in report["results"]:
         base = [p["metrics"] for p in result.get("base_passes", ())]
@@ -39,7 +40,7 @@ def rows(report: dict) -> list[str]:
         if not base:
             continue  # a stored-baseline report: no pairs
         out.append(f"{result['test']}")
-        for key in KEYS:
+        for key in keys:
             if key not in base[0] or key not in cur[0]:
                 continue
             a = np.log([m[key] for m in base])
@@ -47,7 +48,7 @@ def rows(report: dict) -> list[str]:
             n = min(len(a), len(b))
             diff = b[:n] - a[:n]
             out.append(
-                f"  {key:20s} n={n:2d}  sd base {a.std(ddof=1):.4f}  sd candidate "
+                f"  {key:22s} n={n:2d}  sd base {a.std(ddof=1):.4f}  sd candidate "
                 f"{b.std(ddof=1):.4f}  paired sd {diff.std(ddof=1):.4f}  "
                 f"ratio x{math.exp(diff.mean()):.4f}"
             )
@@ -57,12 +58,18 @@ def rows(report: dict) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reports", nargs="+", help="A/B --vllm-json reports")
+    parser.add_argument(
+        "--keys",
+        default=",".join(KEYS),
+        help="per-pass keys, comma separated (the report's vLLM bench names) [%(default)s]",
+    )
     args = parser.parse_args(argv)
+    keys = tuple(k for k in args.keys.split(",") if k)
     for path in args.reports:
         with open(path) as f:
             report = json.load(f)
         print(f"== {path}")
-        print("\n".join(rows(report)))
+        print("\n".join(rows(report, keys)))
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -20,7 +21,7 @@ from pytest_vllm_perf import measure
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core import trace
 from pytest_vllm_perf.core.errors import VllmPerfError
-from pytest_vllm_perf.core.records import GateStatus, Outcome, Progress
+from pytest_vllm_perf.core.records import Cost, GateStatus, Outcome, Progress
 from pytest_vllm_perf.core.registry import threshold_target, tolerance_for, validate_tolerances
 from pytest_vllm_perf.core.workload import Workload, pass_count
 from pytest_vllm_perf.options import Settings
@@ -31,7 +32,14 @@ from pytest_vllm_perf.verdict import baseline, capacity, gate
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.thresholds import validate as validate_thresholds
 
-__all__ = ["MARKER_DOCS", "MARKER_KEYS", "PerfFixture", "preflight", "stored_baselines"]
+__all__ = [
+    "MARKER_DOCS",
+    "MARKER_KEYS",
+    "CostClock",
+    "PerfFixture",
+    "preflight",
+    "stored_baselines",
+]
 
 # Marker keywords with a meaning of their own; every other keyword overrides a workload field.
 T = TypeVar("T")
@@ -55,6 +63,28 @@ def marker_of(node: pytest.Item) -> Mapping[str, Any]:
     return dict(mark.kwargs)
 
 
+class CostClock:
+    """What a test has spent since a mark: wall seconds, of which the pool spent
+    ``booted()`` booting, on ``gpus`` GPUs. The plugin marks it where the test's setup
+    begins (before its servers boot); each collected result takes the time since the
+    last mark, so a test that runs twice is charged once in all."""
+
+    def __init__(self, booted: Callable[[], float], gpus: int, mark: tuple[float, float]) -> None:
+        self._booted = booted
+        self.gpus = gpus
+        self._mark = mark
+
+    @classmethod
+    def now(cls, booted: Callable[[], float], gpus: int) -> CostClock:
+        return cls(booted, gpus, (time.monotonic(), booted()))
+
+    def take(self) -> Cost:
+        now, booted = time.monotonic(), self._booted()
+        wall, boots = now - self._mark[0], booted - self._mark[1]
+        self._mark = (now, booted)
+        return Cost(boot_s=boots, load_s=max(0.0, wall - boots), gpus=self.gpus)
+
+
 class PerfFixture:
     """Run workloads against this test's vLLM server: ``vllm_perf.run("interference")``."""
 
@@ -68,8 +98,10 @@ class PerfFixture:
         base_server: ServerHandle | Callable[[], ServerHandle] | None = None,
         base_note: str = "",
         candidate_boot: Callable[[], ServerHandle] | None = None,
+        clock: CostClock | None = None,
     ) -> None:
         self._node = node
+        self._clock = clock
         self._settings = settings
         self._collect = collect
         self._progress = progress
@@ -80,6 +112,12 @@ class PerfFixture:
         self._candidate_boot = candidate_boot
         self._base_note = base_note  # what the verdict says of the base side's choice
         self.outcomes: list[Outcome] = []
+
+    def _costed(self, outcome: Outcome) -> Outcome:
+        """The outcome with what it cost since the last one (or the test's setup)."""
+        if self._clock is None:
+            return outcome
+        return dataclasses.replace(outcome, cost=self._clock.take())
 
     @property
     def _marker(self) -> Mapping[str, Any]:
@@ -110,8 +148,8 @@ class PerfFixture:
         ``workload``: a built-in name, a YAML file beside the test or a ``Workload``,
         positionally or as ``workload=`` (the marker's keyword); else the marker's.
         """
-        outcome = _reported(
-            lambda: self._run(workload, thresholds, tolerances, repeat, gate, overrides)
+        outcome = self._costed(
+            _reported(lambda: self._run(workload, thresholds, tolerances, repeat, gate, overrides))
         )
         self._collect(outcome)
         self.outcomes.append(outcome)
@@ -195,8 +233,10 @@ class PerfFixture:
         line = found.line()
         if self._progress is not None:
             self._progress(line)
-        outcome = found.outcome(
-            test_id + (f"#{len(self.outcomes) + 1}" if self.outcomes else ""), load, min_rps
+        outcome = self._costed(
+            found.outcome(
+                test_id + (f"#{len(self.outcomes) + 1}" if self.outcomes else ""), load, min_rps
+            )
         )
         self._collect(outcome)
         self.outcomes.append(outcome)

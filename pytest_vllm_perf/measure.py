@@ -153,6 +153,7 @@ def measure(
             first_index=first_index,
             alive=getattr(handle.server, "running", None),
             settle=settle,
+            energy=handle.energy,
         )
     )
     handle.check_alive()

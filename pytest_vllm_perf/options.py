@@ -100,6 +100,17 @@ def _unwritable(folder: Path) -> str:
     return ""
 
 
+def whole_number(value: str, source: str) -> int:
+    """A count >= 1."""
+    try:
+        found = int(value)
+    except ValueError:
+        found = 0
+    if found < 1:
+        raise pytest.UsageError(f"{source}: expected a whole number >= 1, got {value!r}")
+    return found
+
+
 def probability(value: str, source: str) -> float:
     """An error rate: a number strictly between 0 and 1."""
     try:
@@ -300,6 +311,16 @@ OPTIONS: Final = (
         "matrix; join the shards' --vllm-json reports with vllm-perf merge). The run "
         "budgets are split over the tests of every shard, so the merged run keeps them",
     ),
+    Option(
+        "--vllm-workers-per-gpu",
+        "vllm_workers_per_gpu",
+        whole_number,
+        "1",
+        "pytest -n N on fewer GPUs than workers: let up to this many workers share a GPU, "
+        "each server taking its share of the GPU's memory; the workers load it at once, "
+        "so their results are filed under a hardware class of their own (1x GPU, shared "
+        "by K workers) and carry no energy figure",
+    ),
 )
 FLAGS: Final = (
     (
@@ -437,6 +458,7 @@ class Settings:
     stored_run_alpha: float = 0.05
     stored_tests: int = 0  # the other perf tests selected (set at collection)
     shard: tuple[int, int] | None = None  # --vllm-shard K/N; None: every test
+    workers_per_gpu: int = 1  # pytest-xdist workers that may share one GPU
 
     @property
     def ab_alpha(self) -> float:
@@ -516,6 +538,7 @@ class Settings:
             ab_run_alpha=values["vllm_ab_run_alpha"],
             stored_run_alpha=values["vllm_stored_run_alpha"],
             shard=values["vllm_shard"],
+            workers_per_gpu=values["vllm_workers_per_gpu"],
             **_ab_side(values["vllm_ab"]),
         )
         if mode is not SaveMode.COMPARE and (why := _unwritable(settings.baseline_dir)):

@@ -23,7 +23,7 @@ from pytest_vllm_perf import options
 from pytest_vllm_perf.config.profiles import Profile
 from pytest_vllm_perf.core.errors import PlotsUnavailable, ServerError, VllmPerfError
 from pytest_vllm_perf.core.records import Outcome, Progress
-from pytest_vllm_perf.fixture import PerfFixture, preflight, stored_baselines
+from pytest_vllm_perf.fixture import CostClock, PerfFixture, preflight, stored_baselines
 from pytest_vllm_perf.report import merged, plots, text
 from pytest_vllm_perf.serving import hardware, server
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
@@ -35,6 +35,8 @@ STARTED = pytest.StashKey[float]()  # the session's start (time.monotonic), for 
 # under pytest-xdist, on the controller: each worker's --vllm-json report, as it ended
 WORKER_REPORTS = pytest.StashKey[list[tuple[str, dict[str, Any]]]]()
 WORKER_OUTPUT: Final = "vllm_perf_report"
+# where a test's setup began, before its servers boot: what its CostClock counts from
+COST_MARK = pytest.StashKey[CostClock]()
 PERF_FIXTURES = ("vllm_perf", "vllm_server")
 
 
@@ -50,8 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     settings = options.Settings.from_config(config)
     config.stash[SETTINGS] = settings
-    if _worker(config):
-        _own_devices(config, settings)
+    share = _own_devices(config, settings) if _worker(config) else 1
     config.stash[OUTCOMES] = []
     config.stash[WORKER_REPORTS] = []
     config.stash[STARTED] = time.monotonic()
@@ -64,6 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
             boot_timeout_s=settings.boot_timeout_s,
             external_url=settings.url,
             split_memory=settings.ab and settings.ab_mode == "resident",
+            gpu_share=share,
         ),
         _progress_writer(config),
     )
@@ -220,6 +222,16 @@ def _profile_of(item: pytest.Item) -> str | None:
     return callspec.params.get("vllm_profile") if callspec else None
 
 
+@pytest.hookimpl(tryfirst=True)  # before the fixtures' setup, so that their boots count
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    pool = item.config.stash.get(POOL, None)
+    if pool is not None and "vllm_perf" in getattr(item, "fixturenames", ()):
+        settings = item.config.stash[SETTINGS]
+        cuda = (settings.platform or hardware.detect_platform()) == "cuda" and not settings.url
+        gpus = hardware.gpu_count() if cuda else 0
+        item.stash[COST_MARK] = CostClock.now(lambda: pool.booted_s, gpus)
+
+
 @pytest.fixture
 def vllm_profile(request: pytest.FixtureRequest) -> Profile:
     """The resolved tuning profile this test runs under."""
@@ -271,6 +283,7 @@ def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iter
         base,
         note,
         candidate,
+        clock=request.node.stash.get(COST_MARK, None),
     )
 
 
@@ -285,10 +298,12 @@ def _run_record(settings: options.Settings) -> dict[str, Any]:
     }
 
 
-def _own_devices(config: pytest.Config, settings: options.Settings) -> None:
+def _own_devices(config: pytest.Config, settings: options.Settings) -> int:
     """A pytest-xdist worker's own devices, set in its environment before any server
-    boots (its servers inherit it): on a GPU host its group of the job's GPUs, so each
-    worker is judged under its own hardware class; on the CPU engine one core for its
+    boots (its servers inherit it), and how many workers share its GPU: on a GPU host
+    its group of the job's GPUs, so each worker is judged under its own hardware class,
+    or with fewer GPUs than workers and ``--vllm-workers-per-gpu``, one GPU it shares
+    (``hardware.worker_devices``); on the CPU engine one core for its
     engines' OpenMP thread, the workers alternating (vLLM's CPU build binds every
     engine to the last core by default: under xdist all workers' engines ran on that
     one core while the other idled, 120% CPU of 200% over a CI run)."""
@@ -307,13 +322,16 @@ def _own_devices(config: pytest.Config, settings: options.Settings) -> None:
         )
         if devices and gpus:
             try:
-                own = hardware.worker_devices(devices, worker, workers)
+                own, share = hardware.worker_devices(
+                    devices, worker, workers, settings.workers_per_gpu
+                )
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(own)
-            return
+            return share
     cores = sorted(os.sched_getaffinity(0))
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(cores[worker % len(cores)]))
+    return 1
 
 
 def _worker(config: pytest.Config) -> bool:
@@ -375,6 +393,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     settings = config.stash[SETTINGS]
     terminalreporter.section("vLLM perf summary")
     for line in text.summary_lines(outcomes) + text.gate_notes(outcomes):
+        terminalreporter.write_line(line)
+    for line in text.cost_lines(outcomes):
         terminalreporter.write_line(line)
     for line in text.comparison_lines(outcomes):
         terminalreporter.write_line(line)

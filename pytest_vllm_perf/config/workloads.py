@@ -51,12 +51,24 @@ NAMED: Final[dict[str, Workload]] = {
             RequestClass("long", prompt_tokens=3072, output_tokens=4, rate=0.5),
         ),
         # throughput too: with max_num_seqs 1 the CPU engine streams its chat tokens in
-        # bursts, so chat ITL and TPOT looked no worse while throughput fell x0.72
-        gate=("chat.itl_p99_ms", "chat.tpot_mean_ms", "long.ttft_p50_ms", "output_throughput"),
+        # bursts, so chat ITL and TPOT looked no worse while throughput fell x0.72.
+        # The stalls a long prompt puts into the chat streams are gated through the chat
+        # requests' TPOT p99 (each request's stall time over its tokens), not ITL p99: at
+        # one long prompt a second about 0.5% of the streamed gaps are stalls, so the p99
+        # gap sits on the edge between the normal gaps and the stalls and jumps between
+        # them. Over the H200's A/B runs the sd of a pair's log ratio was 0.13-0.40 for
+        # chat ITL p99 and 0.018-0.026 (A/A) to 0.023-0.048 (planted) for chat TPOT p99
+        # (bench/results/h200/interference-tails.txt), so ITL p99 at 15% was caught in
+        # 6% of trials at x1.15 and TPOT p99 decides at 5%. ITL p99 and the worst stall
+        # are still compared and shown: chunked prefill's x2.58 on chat ITL p99 reads
+        # ``regressed`` in the report, though it fails nothing.
+        gate=("chat.tpot_p99_ms", "chat.tpot_mean_ms", "long.ttft_p50_ms", "output_throughput"),
         ab_gate=("chat.itl_p50_ms",),
+        report=("chat.itl_p99_ms", "chat.itl_max_ms"),
         description=(
-            "Steady streaming decode plus long prompts arriving. Watch chat ITL p99, "
-            "the worst stall (chat.itl_max_ms) and long-prompt TTFT."
+            "Steady streaming decode plus long prompts arriving: gates the chat requests' "
+            "TPOT (mean and p99, the stalls long prompts put into them) and long-prompt "
+            "TTFT; shows chat ITL p99 and the worst stall (chat.itl_max_ms)."
         ),
     ),
     "decode": Workload(

@@ -19,6 +19,7 @@ from pytest_vllm_perf.core.workload import Workload
 __all__ = [
     "ABMode",
     "Check",
+    "Cost",
     "Environment",
     "GateResult",
     "GateStatus",
@@ -119,6 +120,9 @@ class PassRecord:
     # every chunk's time is taken on that loop, so a lag near the gaps it times means
     # the client, not the server, set them
     client_lag_p99_ms: float = math.nan
+    # the pass's start as Unix time (NaN: not recorded), to line a pass up with a
+    # monitor's series (nvidia-smi, DCGM) over the same ``counted_s``
+    started_unix: float = math.nan
 
     @property
     def window(self) -> tuple[float, float]:
@@ -169,6 +173,8 @@ class Provenance:
     engine_notes: tuple[str, ...]
     environment: Environment
     boot_s: float | None = None
+    # why its passes have no GPU energy (``serving.energy``); "" where NVML measured it
+    energy_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -302,6 +308,33 @@ class GateResult:
 
 
 @dataclass(frozen=True)
+class Cost:
+    """What one test spent: seconds the pool spent booting servers for it, seconds of
+    the rest (its warmups, passes and verdicts), and the GPUs held meanwhile (0 on the
+    CPU engine): GPU-seconds are seconds times ``gpus``. Its GPUs' energy is a metric
+    of its passes (``energy_j``), not of this record."""
+
+    boot_s: float
+    load_s: float
+    gpus: int
+
+    @property
+    def gpu_boot_s(self) -> float:
+        return self.boot_s * self.gpus
+
+    @property
+    def gpu_load_s(self) -> float:
+        return self.load_s * self.gpus
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "gpu_boot_s": self.gpu_boot_s,
+            "gpu_load_s": self.gpu_load_s,
+        }
+
+
+@dataclass(frozen=True)
 class Outcome:
     """One test's measurement under one profile: provenance, checks and gate result.
 
@@ -319,6 +352,7 @@ class Outcome:
     gate: GateResult | None = None
     base: Measurement | None = None
     search: Mapping[str, Any] | None = None
+    cost: Cost | None = None  # set when the test's run is collected (the fixture)
 
     @property
     def profile(self) -> str:

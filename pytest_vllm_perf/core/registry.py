@@ -84,7 +84,9 @@ _TOLERANCES: Final[Mapping[str, float]] = {
     "ttft_p99_ms": 0.30,
     "itl_p50_ms": 0.15,
     "itl_p99_ms": 0.15,
+    "itl_max_ms": 0.25,
     "tpot_mean_ms": 0.10,
+    "tpot_p99_ms": 0.15,
     "e2el_p99_ms": 0.25,
     "output_throughput": 0.10,
     "request_throughput": 0.10,
@@ -93,6 +95,8 @@ _TOLERANCES: Final[Mapping[str, float]] = {
     "server_ttft_mean_ms": 0.30,
     "server_itl_mean_ms": 0.15,
     "server_tpot_mean_ms": 0.10,
+    # follows output throughput per GPU (energy per token = power / tokens per second)
+    "energy_per_1k_tokens_j": 0.10,
 }
 # On the embedded CPU engine, whole boots differ: over five boots of one 2-core VM,
 # the median pass's ITL p50 ranged x1.22, TPOT x1.13 and throughput x1.07
@@ -109,7 +113,12 @@ _TOLERANCES: Final[Mapping[str, float]] = {
 # is caught; TPOT and throughput get tolerances above their machine drift (x1.088 ->
 # 15%, x1.187 -> 25%), so that a stored baseline still fails a collapse of either.
 PLATFORM_TOLERANCES: Final[Mapping[str, Mapping[str, float]]] = {
-    "cpu": {"itl_p50_ms": 0.30, "tpot_mean_ms": 0.25, "output_throughput": 0.15},
+    "cpu": {
+        "itl_p50_ms": 0.30,
+        "tpot_mean_ms": 0.25,
+        "tpot_p99_ms": 0.30,
+        "output_throughput": 0.15,
+    },
     "cuda": {
         "itl_p50_ms": 0.05,
         "tpot_mean_ms": 0.15,
@@ -131,6 +140,7 @@ AB_TOLERANCES: Final[Mapping[str, Mapping[str, float]]] = {
     "cuda": {
         "itl_p50_ms": 0.05,
         "tpot_mean_ms": 0.05,
+        "tpot_p99_ms": 0.05,
         "output_throughput": 0.05,
         "long.ttft_p50_ms": 0.05,
         "server_itl_mean_ms": 0.05,
@@ -231,6 +241,18 @@ def _build() -> dict[str, MetricDef]:
             tolerance=_TOLERANCES["capacity_rps"],
             fmt="{:.3g}",
         ),
+        # the GPUs' energy over a pass (NVML, ``serving.energy``): reported beside every
+        # test where measured, gated where a test or profile names it (``gate=``)
+        MetricDef("energy_j", "energy", "J", "server", "counter", fmt="{:.0f}"),
+        MetricDef(
+            "energy_per_1k_tokens_j",
+            "J/1k tok",
+            "J",
+            "server",
+            "counter ratio",
+            tolerance=_TOLERANCES["energy_per_1k_tokens_j"],
+            fmt="{:.1f}",
+        ),
         MetricDef("kv_cache_usage_peak", "KV peak", "fraction", "server", "peak", fmt="{:.2f}"),
         MetricDef(
             "num_requests_waiting_peak", "waiting peak", "requests", "server", "peak", fmt="{:.0f}"
@@ -258,7 +280,13 @@ COMPARED: Final = (
 # Compared and shown beside the client's figures where the server exports them, not
 # gated: on the H200 the engine's mean ITL and TPOT were as noisy per pass as the
 # client's (bench/results/h200/plant-l33/pass-noise.txt), and its ITL p50 steadier.
-SERVER_COMPARED: Final = ("server_ttft_mean_ms", "server_itl_mean_ms", "server_tpot_mean_ms")
+# GPU energy per 1,000 output tokens likewise, where NVML measured every pass.
+SERVER_COMPARED: Final = (
+    "server_ttft_mean_ms",
+    "server_itl_mean_ms",
+    "server_tpot_mean_ms",
+    "energy_per_1k_tokens_j",
+)
 
 
 def split_key(key: str) -> tuple[str | None, str]:

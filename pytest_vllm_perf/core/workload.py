@@ -115,6 +115,9 @@ class Workload:
     # gated on top of ``gate`` in an A/B run only: what one machine holds steady
     # between two resident servers, but stored baselines from other machines do not
     ab_gate: tuple[str, ...] = field(default=(), compare=False)
+    # compared and shown in every mode, never gated: figures too noisy to decide at
+    # the tolerances users care about, whose large moves a reader still sees
+    report: tuple[str, ...] = field(default=(), compare=False)
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -131,8 +134,9 @@ class Workload:
             )
         object.__setattr__(self, "gate", tuple(self.gate))
         object.__setattr__(self, "ab_gate", tuple(self.ab_gate))
+        object.__setattr__(self, "report", tuple(self.report))
         names = {c.name for c in self.classes}
-        for field_name in ("gate", "ab_gate"):
+        for field_name in ("gate", "ab_gate", "report"):
             for key in getattr(self, field_name):
                 try:
                     found = metric(key)
@@ -176,6 +180,7 @@ class Workload:
         body.pop("description")
         body.pop("gate")
         body.pop("ab_gate")
+        body.pop("report")
         for name, default in LATER_WORKLOAD_FIELDS.items():
             if body.get(name) == default:
                 del body[name]
@@ -228,7 +233,7 @@ def from_dict(data: Mapping[str, Any], source: str = "workload") -> Workload:
     try:
         classes = tuple(RequestClass(**c) for c in data.get("classes", ()))
         rest = {k: v for k, v in data.items() if k != "classes"}
-        for key in ("gate", "ab_gate"):
+        for key in ("gate", "ab_gate", "report"):
             if key in rest:
                 rest[key] = tuple(rest[key])
         return Workload(classes=classes, **rest)

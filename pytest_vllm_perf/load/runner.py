@@ -38,6 +38,7 @@ from pytest_vllm_perf.core import trace
 from pytest_vllm_perf.core.records import GaugeReading, PassRecord, Progress, RequestRecord
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.load import client, prompts, scrape
+from pytest_vllm_perf.serving.energy import EnergyMeter
 
 __all__ = ["GAUGES_EVERY_S", "Recording", "overload", "run"]
 
@@ -71,6 +72,7 @@ class _Run:
     inflight: int = 0
     alive: Callable[[], bool] | None = None
     dead: bool = False
+    energy: EnergyMeter | None = None  # the server's GPUs' energy, read with the counters
 
     def spec(self, cls: RequestClass, rng: random.Random) -> client.RequestSpec:
         if cls.trace:  # a warmup request: the trace's first request's shape
@@ -184,6 +186,7 @@ async def run(
     first_index: int = 0,
     alive: Callable[[], bool] | None = None,
     settle: int = 0,
+    energy: EnergyMeter | None = None,
 ) -> Recording:
     """Run ``workload`` ``repeat`` times back to back against ``base_url``.
 
@@ -202,7 +205,8 @@ async def run(
     of failing requests until the pass's deadline.
 
     ``gauges_every_s`` None reads no gauges during the run (for checking that
-    reading them does not move the latencies; see bench/gate_power.py).
+    reading them does not move the latencies; see bench/gate_power.py). ``energy``
+    is read at each pass's boundaries with the server's counters (``energy_j``).
     """
     if repeat < 1:
         raise ValueError(f"repeat must be >= 1, got {repeat}")
@@ -210,7 +214,7 @@ async def run(
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         factory = await prompts.build(session, base_url, model)
-        state = _Run(workload, session, base_url, model, factory, alive=alive)
+        state = _Run(workload, session, base_url, model, factory, alive=alive, energy=energy)
         await _warmup(state)
         stop = asyncio.Event()
         reporter = asyncio.create_task(_report(state, stop, progress, progress_every_s))
@@ -253,7 +257,8 @@ def _frozen_gc() -> Iterator[None]:
 
 async def _pass(state: _Run, index: int) -> PassRecord:
     """One pass of the workload; records are timed from the start of the whole run."""
-    before = await asyncio.to_thread(scrape.scrape, state.base_url)
+    before = await asyncio.to_thread(_boundary, state)
+    started_unix = time.time()
     start = time.perf_counter()
     workload = state.workload
     state.deadline = start + workload.duration_s
@@ -272,7 +277,7 @@ async def _pass(state: _Run, index: int) -> PassRecord:
         done.set()
         await monitor
     ended = time.perf_counter()
-    after = await asyncio.to_thread(scrape.scrape, state.base_url)
+    after = await asyncio.to_thread(_boundary, state, True)
     ramp = workload.effective_ramp_s
     ramp_end = start - state.t0 + ramp
     ordered = sorted(state.records, key=lambda r: r.start)
@@ -285,7 +290,7 @@ async def _pass(state: _Run, index: int) -> PassRecord:
         duration_s=window_s,
         start_s=start - state.t0,
         index=index,
-        counters=_counter_deltas(before, after),
+        counters=_pass_deltas(before, after),
         ramp_s=ramp,
         ramp_requests=len(ordered) - len(kept),
         drain_s=max(0.0, ended - state.deadline),
@@ -293,6 +298,7 @@ async def _pass(state: _Run, index: int) -> PassRecord:
         ramp_records=tuple(r for r in ordered if r.start < ramp_end),
         elapsed_s=ended - start,
         client_lag_p99_ms=1000 * _p99(lags),
+        started_unix=started_unix,
     )
 
 
@@ -314,6 +320,33 @@ def _p99(values: list[float]) -> float:
         return math.nan
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+Boundary = tuple[Mapping[str, float] | None, float | None, bool]
+
+
+def _boundary(state: _Run, ending: bool = False) -> Boundary:
+    """One pass boundary's reads: the server's counters, its GPUs' energy (J), and
+    whether energy is metered at all. The energy is read nearest the pass (after the
+    scrape at its start, before it at its end), so that it spans the pass alone."""
+    meter = state.energy
+    joules = meter.read_j() if meter is not None and ending else None
+    counters = scrape.scrape(state.base_url)
+    if meter is not None and not ending:
+        joules = meter.read_j()
+    return counters, joules, meter is not None
+
+
+def _pass_deltas(before: Boundary, after: Boundary) -> dict[str, float]:
+    """The counters' deltas over a pass (``_counter_deltas``), with ``energy_j`` where
+    energy is metered (NaN when a read failed)."""
+    out = {}
+    if before[2]:
+        joules = (before[1], after[1])
+        out["energy_j"] = (
+            joules[1] - joules[0] if joules[0] is not None and joules[1] is not None else math.nan
+        )
+    return out | _counter_deltas(before[0], after[0])
 
 
 def _counter_deltas(

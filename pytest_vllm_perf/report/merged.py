@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_vllm_perf.core.errors import BaselineError
+from pytest_vllm_perf.report import cost
 
 __all__ = ["failures", "markdown", "merge", "summary"]
 
@@ -88,6 +89,7 @@ def summary(doc: Mapping[str, Any], missing: Sequence[str]) -> tuple[list[str], 
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in (header, *rows)
     ]
+    lines += cost.lines(doc["results"])
     failing = [r for r in rows if r[3] != "-"]
     merged = f"merged from {len(doc['run']['merged'])} report(s)"
     if failing or missing:
@@ -108,4 +110,5 @@ def markdown(doc: Mapping[str, Any], missing: Sequence[str], headline: str) -> s
         why = ", ".join(failures(r)) or "-"
         lines.append(f"| `{r.get('test')}` | {r.get('profile')} | {_verdict(r)} | {why} |")
     lines += [f"- {m} missing" for m in missing]
+    lines += cost.markdown(doc["results"])
     return "\n".join(lines) + "\n"

@@ -26,6 +26,7 @@ from pytest_vllm_perf.core.records import (
     Verdict,
 )
 from pytest_vllm_perf.core.registry import METRICS, split_key
+from pytest_vllm_perf.report import cost
 from pytest_vllm_perf.verdict import baseline, compare, stats
 from pytest_vllm_perf.verdict.gate import current_passes
 
@@ -35,6 +36,7 @@ __all__ = [
     "Side",
     "bench_serve_keys",
     "comparison_lines",
+    "cost_lines",
     "describe_check",
     "describe_verdict",
     "gate_notes",
@@ -203,6 +205,16 @@ def _headers() -> list[str]:
 def summary_lines(outcomes: Sequence[Outcome]) -> list[str]:
     """One row per test and profile: the figures a perf reviewer looks at first."""
     return table(_headers(), _rows(outcomes))
+
+
+def cost_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """What each test cost (``report.cost``): boots, load, GPU-seconds and energy."""
+    return cost.lines(_costs(outcomes))
+
+
+def _costs(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
+    """Each result's cost as its JSON report has it, which ``report.cost`` tables."""
+    return [{"test": o.test_id, "profile": o.profile, "cost": cost.record(o)} for o in outcomes]
 
 
 def _burst_lines(where: str, o: Outcome) -> list[str]:
@@ -389,6 +401,7 @@ def _passes_json(result: Measurement) -> list[dict[str, Any]]:
             "elapsed_s": round(p.counted_s, 6),
             "overloaded": p.overloaded,
             "client_lag_p99_ms": _number(round(p.client_lag_p99_ms, 3)),
+            "started_unix": _number(round(p.started_unix, 3)),
             "metrics": bench_serve_keys(m),
         }
         for p, m in zip(result.passes, result.pass_metrics, strict=True)
@@ -418,6 +431,7 @@ def to_json(outcomes: Sequence[Outcome], run: Mapping[str, Any] | None = None) -
                 "passes": _passes_json(o.result),
                 **({"base_passes": _passes_json(o.base)} if o.base is not None else {}),
                 **({"capacity": dict(o.search)} if o.search is not None else {}),
+                "cost": cost.record(o),
                 "thresholds": [
                     {"key": c.key, "limit": c.limit, "measured": c.measured, "passed": c.passed}
                     for c in o.checks
@@ -450,6 +464,7 @@ def markdown(
     notes = gate_notes(outcomes) + comparison_lines(outcomes)
     if notes:
         lines += ["", "```", *notes, "```"]
+    lines += cost.markdown(_costs(outcomes))
     for plot in plots:
         target = os.path.relpath(plot, base) if base else str(plot)
         lines += ["", f"![{plot.stem}]({target})"]

@@ -63,18 +63,28 @@ def visible(gpus: Sequence[tuple[str, str]], mask: str | None) -> tuple[str, ...
     return tuple(by_index[part] for part in wanted)
 
 
-def worker_devices(devices: Sequence[str], worker: int, workers: int) -> tuple[str, ...]:
-    """The GPUs of one of ``workers`` pytest-xdist workers: ``devices`` (the job's, in
-    ``CUDA_VISIBLE_DEVICES`` order) split into equal groups, worker k taking group k,
-    so each boots its servers on GPUs of its own; ValueError when there are fewer
-    GPUs than workers (several workers on one GPU need a memory split of their own)."""
+def worker_devices(
+    devices: Sequence[str], worker: int, workers: int, per_gpu: int = 1
+) -> tuple[tuple[str, ...], int]:
+    """The GPUs of one of ``workers`` pytest-xdist workers, and how many workers share
+    them: ``devices`` (the job's, in ``CUDA_VISIBLE_DEVICES`` order) split into equal
+    groups, worker k taking group k, so each boots its servers on GPUs of its own
+    (share 1). With fewer GPUs than workers and ``per_gpu`` (``--vllm-workers-per-gpu``)
+    above 1, worker k takes GPU k mod the GPUs, shared with the workers that take it
+    too (each server then gets its share of the memory, ``pool.split_fraction``);
+    ValueError when even that leaves a worker without a GPU."""
     per = len(devices) // workers
-    if per < 1:
+    if per >= 1:
+        return tuple(devices[worker * per : (worker + 1) * per]), 1
+    if not devices or len(devices) * per_gpu < workers:
         raise ValueError(
             f"{workers} pytest-xdist workers and {len(devices)} GPU(s): each worker needs "
-            "one GPU or more (CUDA_VISIBLE_DEVICES lists the job's)"
+            "one GPU or more (CUDA_VISIBLE_DEVICES lists the job's), or several share one "
+            f"with --vllm-workers-per-gpu={-(-workers // max(1, len(devices)))}"
         )
-    return tuple(devices[worker * per : (worker + 1) * per])
+    gpu = worker % len(devices)
+    share = sum(1 for other in range(workers) if other % len(devices) == gpu)
+    return (devices[gpu],), share
 
 
 def gpu_count(
@@ -126,11 +136,14 @@ def cpu_model() -> str:
     return _platform.processor() or _platform.machine()
 
 
-def hardware_class(platform: str) -> str:
-    """``2x NVIDIA H200`` or ``cpu: <model>``: what results may be compared across."""
+def hardware_class(platform: str, share: int = 1) -> str:
+    """``2x NVIDIA H200`` or ``cpu: <model>``: what results may be compared across;
+    ``share``: how many pytest-xdist workers load the GPU at once (``1x NVIDIA H200,
+    shared by 2 workers``), whose results are not those of a GPU of one's own."""
     names = gpu_names()
     if platform == "cuda" and names:
-        return f"{len(names)}x {names[0]}"
+        found = f"{len(names)}x {names[0]}"
+        return f"{found}, shared by {share} workers" if share > 1 else found
     return f"cpu: {cpu_model()}"
 
 
@@ -167,13 +180,18 @@ def interpreter_versions(python: str | None) -> tuple[str | None, str | None, st
 
 
 def environment(
-    platform: str, model: str, engine_args: Mapping[str, object], python: str | None = None
+    platform: str,
+    model: str,
+    engine_args: Mapping[str, object],
+    python: str | None = None,
+    share: int = 1,
 ) -> Environment:
-    """Everything a result ran on, built once per server (``python``: the server's interpreter)."""
+    """Everything a result ran on, built once per server (``python``: the server's
+    interpreter; ``share``: pytest-xdist workers on its GPU, ``hardware_class``)."""
     vllm, torch, python_version = interpreter_versions(python)
     return Environment(
         platform=platform,
-        hardware_class=hardware_class(platform),
+        hardware_class=hardware_class(platform, share),
         vllm_version=vllm,
         torch_version=torch,
         python_version=python_version,

@@ -14,12 +14,14 @@ remembered, so its other tests fail at once instead of rebooting.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
@@ -28,7 +30,7 @@ from pytest_vllm_perf.config import profiles
 from pytest_vllm_perf.config.profiles import EngineSettings, Profile
 from pytest_vllm_perf.core import atomic, redact
 from pytest_vllm_perf.core.records import Platform, Progress, Provenance
-from pytest_vllm_perf.serving import engine_args, hardware, models
+from pytest_vllm_perf.serving import energy, engine_args, hardware, models
 from pytest_vllm_perf.serving.server import (
     ExternalServer,
     ServerError,
@@ -38,6 +40,7 @@ from pytest_vllm_perf.serving.server import (
 )
 
 __all__ = [
+    "SHARE_NOTE",
     "SPLIT_NOTE",
     "PoolConfig",
     "ServerHandle",
@@ -48,15 +51,16 @@ __all__ = [
 
 VLLM_DEFAULT_GPU_MEMORY: Final = 0.9  # vLLM's own gpu_memory_utilization
 SPLIT_NOTE: Final = "A/B memory split"
+SHARE_NOTE: Final = "GPU memory split"
 
 
-def split_fraction(asked: float) -> float | None:
-    """The ``gpu_memory_utilization`` of one of two sides resident on one GPU, or None
-    when ``asked`` already leaves room for the other side: half, rounded down to a
-    hundredth, less a hundredth for the two processes' own CUDA contexts."""
-    if asked <= 0.5:
+def split_fraction(asked: float, ways: int = 2) -> float | None:
+    """The ``gpu_memory_utilization`` of one of ``ways`` servers resident on one GPU, or
+    None when ``asked`` already leaves room for the others: its share, rounded down to a
+    hundredth, less a hundredth for the processes' own CUDA contexts."""
+    if asked <= 1 / ways:
         return None
-    return (math.floor(asked * 50) - 1) / 100
+    return (math.floor(asked * 100 / ways) - 1) / 100
 
 
 def _quiet(_message: str) -> None:
@@ -75,6 +79,7 @@ class PoolConfig:
     external_url: str | None = None
     gpu_release_timeout_s: float = 120.0
     split_memory: bool = False  # two A/B sides resident on one GPU: halve each side's share
+    gpu_share: int = 1  # pytest-xdist workers whose servers share this worker's GPU
 
     def resolved_platform(self) -> Platform:
         return self.platform or hardware.detect_platform()
@@ -91,6 +96,7 @@ class ServerHandle:
     server: VllmServer | ExternalServer
     embedded: bool = False  # an embedded dummy-weight model (serving.models)
     tokenizer: str = ""  # an embedded model's tokenizer kind: "word" (exact) or "bpe"
+    energy: energy.EnergyMeter | None = None  # its GPUs' energy (None: provenance says why)
 
     @property
     def profile(self) -> str:
@@ -109,6 +115,7 @@ class ServerPool:
     )
     _failed: dict[str, str] = field(default_factory=dict)
     _model: tuple[str, bool] | None = None
+    booted_s: float = 0.0  # seconds spent booting servers (failed boots too)
 
     def model(self) -> tuple[str, bool]:
         """(model path or id, whether it is an embedded dummy-weight model)."""
@@ -134,16 +141,21 @@ class ServerPool:
         notes = settings.notes
         if embedded:
             args.setdefault("load_format", "dummy")
-        if self.config.split_memory and platform == "cuda":
+        share = self.config.gpu_share
+        ways = (2 if self.config.split_memory else 1) * share
+        if ways > 1 and platform == "cuda":
             value = args.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY)
             asked = float(value) if isinstance(value, int | float | str) else 0.0
-            half = split_fraction(asked)
-            if half is not None:
-                args["gpu_memory_utilization"] = half
+            part = split_fraction(asked, ways)
+            if part is not None:
+                args["gpu_memory_utilization"] = part
+                why = ["both sides resident on one GPU"] if self.config.split_memory else []
+                if share > 1:
+                    why.append(f"the GPU shared by {share} pytest-xdist workers")
+                name = SPLIT_NOTE if self.config.split_memory else SHARE_NOTE
                 notes = (
                     *notes,
-                    f"{SPLIT_NOTE}: gpu_memory_utilization {asked:g} -> {half:g}, "
-                    "both sides resident on one GPU",
+                    f"{name}: gpu_memory_utilization {asked:g} -> {part:g}, {' and '.join(why)}",
                 )
         spec = ServerSpec(model, tuple(profiles.to_argv(args)), dict(profile.env))
         if python is not None:
@@ -203,6 +215,7 @@ class ServerPool:
         argv: list[str],
         boot_s: float | None,
         python: str | None = None,
+        energy_note: str = "",
     ) -> Provenance:
         return Provenance(
             profile=profile.name,
@@ -210,8 +223,11 @@ class ServerPool:
             profile_hash=profile.hash,
             engine_argv=tuple(redact.argv(argv)),
             engine_notes=settings.notes,
-            environment=hardware.environment(platform, model_id, settings.args, python),
+            environment=hardware.environment(
+                platform, model_id, settings.args, python, self.config.gpu_share
+            ),
             boot_s=boot_s,
+            energy_note=energy_note,
         )
 
     def _start(self, profile: Profile, python: str | None = None) -> ServerHandle:
@@ -220,25 +236,74 @@ class ServerPool:
         spec, settings, platform = self.spec(profile, python)
         if python is not None:
             hardware.interpreter_versions(python)  # a broken environment fails before booting
-        if platform == "cuda" and not self._resident:
-            wait_for_gpu_memory(self.config.gpu_release_timeout_s, self.progress)
-        log = self.config.cache_dir / "logs" / f"{profile.name}-{int(time.time())}.log"
-        vllm = VllmServer(spec, log, self.config.boot_timeout_s)
-        for note in settings.notes:
-            self.progress(f"profile {profile.name}: {note}")
-        self.progress(f"booting vLLM ({platform}) for profile {profile.name!r}, log: {log}")
-        vllm.start(self.progress)
+        started = time.monotonic()
+        try:
+            # another worker's servers hold memory on a shared GPU: waiting for it to
+            # be released would wait out the timeout before every boot
+            if platform == "cuda" and not self._resident and self.config.gpu_share == 1:
+                wait_for_gpu_memory(self.config.gpu_release_timeout_s, self.progress)
+            log = self.config.cache_dir / "logs" / f"{profile.name}-{int(time.time())}.log"
+            vllm = VllmServer(spec, log, self.config.boot_timeout_s)
+            for note in settings.notes:
+                self.progress(f"profile {profile.name}: {note}")
+            with self._boot_turn(platform):
+                self.progress(f"booting vLLM ({platform}) for profile {profile.name!r}, log: {log}")
+                vllm.start(self.progress)
+        finally:
+            self.booted_s += time.monotonic() - started
         self.progress(f"profile {profile.name!r} ready at {vllm.base_url} in {vllm.boot_s:.0f}s")
         embedded = self.model()[1]
         # The model as recorded: an embedded folder's name (path-independent), else as given.
         model_id = Path(spec.model).name if embedded else spec.model
+        meter, why = self._meter(platform)
         provenance = self._provenance(
-            profile, platform, model_id, settings, spec.argv(vllm.port), vllm.boot_s, python
-        )
+            profile, platform, model_id, settings, spec.argv(vllm.port), vllm.boot_s, python,
+            energy_note=why,
+        )  # fmt: skip
         kind = models.PRESETS[self.config.preset].tokenizer if embedded else ""
         return ServerHandle(
-            vllm.base_url, spec.model, platform, provenance, vllm, embedded, tokenizer=kind
+            vllm.base_url,
+            spec.model,
+            platform,
+            provenance,
+            vllm,
+            embedded,
+            tokenizer=kind,
+            energy=meter,
         )
+
+    @contextlib.contextmanager
+    def _boot_turn(self, platform: Platform) -> Iterator[None]:
+        """On a GPU shared by pytest-xdist workers, one boot at a time: vLLM sizes its
+        KV cache from the device memory in use before and after it profiles the model,
+        so another server allocating meanwhile would be counted as its own."""
+        if platform != "cuda" or self.config.gpu_share == 1:
+            yield
+            return
+        gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "-")
+        path = self.config.cache_dir / "locks" / f"boot-gpu-{gpus}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.progress("waiting for another worker's boot on this GPU to finish")
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _meter(self, platform: Platform) -> tuple[energy.EnergyMeter | None, str]:
+        """The energy meter of a server this pool booted, or None and why there is none."""
+        if platform != "cuda":
+            return None, "no NVIDIA GPU (the CPU engine): NVML energy not measured"
+        if self.config.gpu_share > 1:
+            return None, (
+                f"the GPU is shared by {self.config.gpu_share} pytest-xdist workers under "
+                "load at once: its energy is no one test's"
+            )
+        return energy.open_meter(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
     def _attach(self, profile: Profile) -> ServerHandle:
         """Measure a server someone else started; its model is whatever it serves."""
@@ -257,7 +322,8 @@ class ServerPool:
             f"--vllm-url: measuring {server.base_url} as it runs; its results are filed "
             f"under this machine's hardware class ({hardware.hardware_class(platform)})"
         )
-        provenance = self._provenance(profile, platform, model, settings, [], None)
+        why = "an external server (--vllm-url): the GPUs it runs on are not known"
+        provenance = self._provenance(profile, platform, model, settings, [], None, energy_note=why)
         return ServerHandle(server.base_url, model, platform, provenance, server)
 
     def _stop_slot(self, slot: str) -> None:

@@ -97,6 +97,7 @@ def workloads_table() -> str:
             "; ".join(_class(c) for c in w.classes),
             ", ".join(f"`{g}`" for g in w.gate) or "all compared",
             ", ".join(f"`{g}`" for g in w.ab_gate) or "-",
+            ", ".join(f"`{g}`" for g in w.report) or "-",
             w.description,
         )
         for w in NAMED.values()
@@ -105,10 +106,13 @@ def workloads_table() -> str:
     fields_row = ", ".join(
         f"`{f.name}`={getattr(defaults, f.name)!r}"
         for f in fields(Workload)
-        if f.name not in ("name", "classes", "gate", "ab_gate", "description")
+        if f.name not in ("name", "classes", "gate", "ab_gate", "report", "description")
     )
     class_row = ", ".join(f"`{f.name}`" for f in fields(RequestClass) if f.name != "name")
-    header = ("workload", "classes", "gated metrics", "A/B also gates", "what it is for")
+    header = (
+        "workload", "classes", "gated metrics", "A/B also gates", "reported, not gated",
+        "what it is for",
+    )  # fmt: skip
     table = _table(header, rows)
     return (
         f"{table}\n\nWorkload fields and defaults: {fields_row}. Class fields: {class_row} "

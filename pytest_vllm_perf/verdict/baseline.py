@@ -33,7 +33,7 @@ from typing import Any, Final
 from pytest_vllm_perf.core import atomic, redact
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import Measurement, PassRecord, Provenance, RequestRecord
-from pytest_vllm_perf.core.registry import COMPARED, from_bench_serve_key
+from pytest_vllm_perf.core.registry import COMPARED, SERVER_COMPARED, from_bench_serve_key
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
 from pytest_vllm_perf.verdict import capacity, stats
 from pytest_vllm_perf.verdict.compare import MAX_BOOTS, Passes
@@ -299,7 +299,9 @@ def report_series(result: Mapping[str, Any]) -> dict[str, list[float]]:
         usable = isinstance(found, (int, float)) and math.isfinite(found) and found > 0
         return {capacity.METRIC: [float(found)]} if usable else {}
     workload = result.get("workload", {})
-    keys = dict.fromkeys([*COMPARED, *workload.get("gate", ()), *workload.get("ab_gate", ())])
+    named = (*workload.get("gate", ()), *workload.get("ab_gate", ()), *workload.get("report", ()))
+    # the engine's own means and the GPUs' energy where measured (absent otherwise)
+    keys = dict.fromkeys([*COMPARED, *named, *SERVER_COMPARED, "energy_j"])
     per_pass = [
         {from_bench_serve_key(k): v for k, v in p.get("metrics", {}).items()}
         for p in result.get("passes") or ()

@@ -62,12 +62,13 @@ def gated_metrics(
 
 
 def compared_metrics(
-    gated: Sequence[str], *sides: Sequence[Mapping[str, float]]
+    gated: Sequence[str], *sides: Sequence[Mapping[str, float]], report: Sequence[str] = ()
 ) -> tuple[str, ...]:
-    """The gated metrics, then every compared one, then the engine's own means that
-    every pass of ``sides`` (each a side's per-pass metrics) measured."""
+    """The gated metrics, then every compared one and the workload's ``report`` ones,
+    then the server's own figures (``SERVER_COMPARED``) that every pass of ``sides``
+    (each a side's per-pass metrics) measured."""
     server = [k for k in SERVER_COMPARED if sides and all(k in m for side in sides for m in side)]
-    return tuple(dict.fromkeys((*gated, *COMPARED, *server)))
+    return tuple(dict.fromkeys((*gated, *COMPARED, *report, *server)))
 
 
 def current_passes(result: Measurement) -> compare.Passes:
@@ -124,7 +125,12 @@ def evaluate(
     verdicts = compare.compare(
         stored.boots,
         current,
-        compared_metrics(gated, current.metrics, *(b.metrics for b in stored.boots)),
+        compared_metrics(
+            gated,
+            current.metrics,
+            *(b.metrics for b in stored.boots),
+            report=result.workload.report,
+        ),
         tolerances,
         gated=gated,
         pair=True,
@@ -162,7 +168,9 @@ def ab(
     verdicts = compare.compare(
         [base_passes],
         current,
-        compared_metrics(gated, base_passes.metrics, current.metrics),
+        compared_metrics(
+            gated, base_passes.metrics, current.metrics, report=candidate.workload.report
+        ),
         tolerances,
         gated=gated,
         pair=True,

@@ -251,6 +251,7 @@ def pass_metrics(workload: Workload, p: PassRecord) -> dict[str, float]:
         out["preemptions_per_s"] = p.counters["preemptions"] / p.counted_s
     out.update(_prefix_hit_rate((p,)))
     out.update(_server_means((p,)))
+    out.update(_energy((p,)))
     return out
 
 
@@ -273,6 +274,20 @@ def _server_means(passes: Sequence[PassRecord]) -> dict[str, float]:
             total, n = totals
             out[key] = 1000 * total / n if n > 0 else math.nan
     return out
+
+
+def _energy(passes: Sequence[PassRecord]) -> dict[str, float]:
+    """The GPUs' energy over ``passes`` (NVML, ``serving.energy``), in joules, and per
+    1,000 output tokens streamed over the same span: every request's tokens, ramp-up
+    ones too, since the energy counts the whole pass (absent unless every pass was
+    metered; NaN where a read failed or no token streamed)."""
+    totals = _counter_totals(passes, ("energy_j",))
+    if totals is None:
+        return {}
+    (joules,) = totals
+    tokens = sum(r.output_tokens for p in passes for r in (*p.records, *p.ramp_records))
+    per_1k = 1000 * joules / tokens if tokens > 0 else math.nan
+    return {"energy_j": joules, "energy_per_1k_tokens_j": per_1k}
 
 
 def _prefix_hit_rate(passes: Sequence[PassRecord]) -> dict[str, float]:
@@ -330,6 +345,7 @@ def measure_metrics(
         out["preemptions_per_s"] = out["preemptions"] / seconds if seconds > 0 else math.nan
     out.update(_prefix_hit_rate(passes))
     out.update(_server_means(passes))
+    out.update(_energy(passes))
     out.update(_by_turn(workload, passes))
     out.update(server)
     return out

@@ -106,3 +106,8 @@ def test_two_xdist_workers_give_one_summary_and_one_report(perf_project, fake_vl
     )
     assert sorted(doc["run"]["merged"]) == ["gw0", "gw1"] and doc["run"]["stored_tests"] == 2
     assert "vLLM perf PASS: 2 results" in (perf_project.path / "all.md").read_text()
+    # what each test cost, merged like the rest: its load seconds, and why no energy
+    assert "what each test cost:" in out and "energy not measured: an external server" in out
+    for r in doc["results"]:
+        assert r["cost"]["boot_s"] == 0 and r["cost"]["load_s"] > 0, r["cost"]
+    assert "### What each test cost" in (perf_project.path / "all.md").read_text()

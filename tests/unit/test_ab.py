@@ -184,6 +184,41 @@ def test_two_resident_sides_split_the_gpu_and_say_so(tmp_path):
     assert [split_fraction(x) for x in (0.9, 0.92, 0.95, 0.5)] == [0.44, 0.45, 0.46, None]
 
 
+def test_workers_sharing_a_gpu_split_it_again_and_are_filed_apart(tmp_path, monkeypatch):
+    """Two pytest-xdist workers on one GPU (``--vllm-workers-per-gpu 2``): each server
+    takes a little under half, a quarter in a resident A/B run (four servers), the
+    notes say why, and the hardware class says the GPU was shared, so that such a
+    result is never judged against a baseline measured on a GPU of its own. Broken on
+    purpose (gpu_share ignored in ServerPool.spec), the first assertion fails."""
+    from pytest_vllm_perf.config import profiles
+    from pytest_vllm_perf.serving import hardware
+    from pytest_vllm_perf.serving.pool import SHARE_NOTE, PoolConfig, ServerPool, split_fraction
+
+    default = profiles.load("default", profiles.search_path(None))
+    model = str(tmp_path / "model")
+
+    def spec(share: int, split: bool) -> tuple[list[str], tuple[str, ...]]:
+        config = PoolConfig(
+            tmp_path / "c", model=model, platform="cuda", split_memory=split, gpu_share=share
+        )
+        found, settings, _ = ServerPool(config).spec(default)
+        return found.argv(8000), settings.notes
+
+    argv, notes = spec(2, False)
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.44"
+    assert f"{SHARE_NOTE}: gpu_memory_utilization 0.9 -> 0.44, the GPU shared by 2 " in (
+        " ".join(notes) + " "
+    )
+    argv, notes = spec(2, True)
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.21"
+    assert any("both sides resident on one GPU and the GPU shared by 2" in n for n in notes)
+    assert split_fraction(0.9, 4) == 0.21 and split_fraction(0.2, 4) is None
+    monkeypatch.setattr(hardware, "all_gpus", lambda: (("0", "NVIDIA H200"),))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert hardware.hardware_class("cuda") == "1x NVIDIA H200"
+    assert hardware.hardware_class("cuda", 2) == "1x NVIDIA H200, shared by 2 workers"
+
+
 def test_ab_runs_gate_what_one_machine_holds_steady():
     """An A/B run gates the workload's ``ab_gate`` on top of its ``gate``, at
     the A/B tolerances fitted to the H200 A/A (5%); a stored-baseline run gates decode's
