@@ -126,6 +126,13 @@ def test_shipped_profile_runs_from_a_folder_without_profiles(installed):
         assert re.search(r"^\s*ok\s+failed: 0 ", out, re.MULTILINE), out[-4000:]
     else:
         assert result.returncode == 0, out[-4000:]
+    # what each test cost, on the real engine: the boot is charged to the test that
+    # waited for it (the first to run), none to the next, and no energy without NVML
+    table = out.split("what each test cost:\n", 1)[-1].splitlines()
+    rows = [line.split() for line in table[1:3]]
+    assert [r[0] for r in rows] == ["test_first.py::test_chat_slo", "test_text.py::test_text"]
+    assert float(rows[0][2]) > 0 and float(rows[1][2]) == 0 and rows[1][4] == "0", table[:4]
+    assert "energy not measured: no NVIDIA GPU (the CPU engine)" in out, table[:5]
     assert "PLUGIN FROM " + str(installed.parents[1]) in out  # the wheel, not the checkout
     assert not (installed.parents[2] / "project" / "profiles").exists()
 
