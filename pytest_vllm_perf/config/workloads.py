@@ -57,7 +57,7 @@ NAMED: Final[dict[str, Workload]] = {
         # one long prompt a second about 0.5% of the streamed gaps are stalls, so the p99
         # gap sits on the edge between the normal gaps and the stalls and jumps between
         # them. Over the H200's A/B runs the sd of a pair's log ratio was 0.13-0.40 for
-        # chat ITL p99 and 0.018-0.026 (A/A) to 0.023-0.048 (planted) for chat TPOT p99
+        # chat ITL p99 and 0.018-0.082 for chat TPOT p99 (0.018-0.026 resident A/A)
         # (bench/results/h200/interference-tails.txt), so ITL p99 at 15% was caught in
         # 6% of trials at x1.15 and TPOT p99 decides at 5%. ITL p99 and the worst stall
         # are still compared and shown: chunked prefill's x2.58 on chat ITL p99 reads
