@@ -202,7 +202,14 @@ def environment(
 
 
 PARALLEL_ARGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
-DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+# VLLM_CPU_OMP_THREADS_BIND: the cores the CPU engine's OpenMP threads are bound to
+# (one a pytest-xdist worker, plugin._own_devices)
+DEVICE_ENV = (
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "VLLM_CPU_OMP_THREADS_BIND",
+)
 
 
 def parallelism(engine_args: Mapping[str, object]) -> dict[str, object]:

@@ -242,7 +242,11 @@ class ServerPool:
             # be released would wait out the timeout before every boot
             if platform == "cuda" and not self._resident and self.config.gpu_share == 1:
                 wait_for_gpu_memory(self.config.gpu_release_timeout_s, self.progress)
-            log = self.config.cache_dir / "logs" / f"{profile.name}-{int(time.time())}.log"
+            # the process id too: pytest-xdist workers share the cache folder and boot the
+            # same profile in the same second, and two servers then wrote one log file
+            log = (
+                self.config.cache_dir / "logs" / f"{profile.name}-{int(time.time())}-{os.getpid()}.log"
+            )
             vllm = VllmServer(spec, log, self.config.boot_timeout_s)
             for note in settings.notes:
                 self.progress(f"profile {profile.name}: {note}")
