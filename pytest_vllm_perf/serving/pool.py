@@ -244,9 +244,8 @@ class ServerPool:
                 wait_for_gpu_memory(self.config.gpu_release_timeout_s, self.progress)
             # the process id too: pytest-xdist workers share the cache folder and boot the
             # same profile in the same second, and two servers then wrote one log file
-            log = (
-                self.config.cache_dir / "logs" / f"{profile.name}-{int(time.time())}-{os.getpid()}.log"
-            )
+            stamp = f"{int(time.time())}-{os.getpid()}"
+            log = self.config.cache_dir / "logs" / f"{profile.name}-{stamp}.log"
             vllm = VllmServer(spec, log, self.config.boot_timeout_s)
             for note in settings.notes:
                 self.progress(f"profile {profile.name}: {note}")
