@@ -15,6 +15,7 @@ import signal
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
@@ -24,12 +25,13 @@ from pytest_vllm_perf.config.profiles import Profile
 from pytest_vllm_perf.core.errors import PlotsUnavailable, ServerError, VllmPerfError
 from pytest_vllm_perf.core.records import Outcome, Progress
 from pytest_vllm_perf.fixture import CostClock, PerfFixture, preflight, stored_baselines
-from pytest_vllm_perf.report import merged, plots, text
+from pytest_vllm_perf.report import merged, plots, relay, text
 from pytest_vllm_perf.serving import hardware, server
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
 
 SETTINGS = pytest.StashKey[options.Settings]()
 POOL = pytest.StashKey[ServerPool]()
+RELAY = pytest.StashKey[relay.Relay]()  # a pytest-xdist controller's relay of progress
 OUTCOMES = pytest.StashKey[list[Outcome]]()
 STARTED = pytest.StashKey[float]()  # the session's start (time.monotonic), for its minutes
 # under pytest-xdist, on the controller: each worker's --vllm-json report, as it ended
@@ -69,6 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ),
         _progress_writer(config),
     )
+    _start_relay(config)
     _stop_servers_on_sigterm()
 
 
@@ -93,8 +96,8 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _progress_writer(config: pytest.Config) -> Progress:
-    def say(message: str) -> None:
+def _terminal_line(config: pytest.Config) -> Progress:
+    def write(line: str) -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         capture = config.pluginmanager.get_plugin("capturemanager")
         if reporter is None:
@@ -102,12 +105,39 @@ def _progress_writer(config: pytest.Config) -> Progress:
         disabled = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
         with disabled:
             reporter.ensure_newline()
-            reporter.write_line(f"[vllm-perf] {message}")
+            reporter.write_line(line)
 
-    return say
+    return write
+
+
+def _progress_writer(config: pytest.Config) -> Progress:
+    """Progress lines on the terminal; a pytest-xdist worker's go to its controller's."""
+    folder = os.environ.get(relay.RELAY_ENV)
+    if _worker(config) and folder:
+        worker = str(config.workerinput.get("workerid", "gw"))  # type: ignore[attr-defined]
+        return relay.worker_progress(Path(folder), worker)
+    write = _terminal_line(config)
+    return lambda message: write(f"[vllm-perf] {message}")
+
+
+def _start_relay(config: pytest.Config) -> None:
+    """On a pytest-xdist controller whose workers are to come, relay their progress."""
+    workers = config.getoption("numprocesses", None) or config.getoption("tx", None)
+    if _worker(config) or not config.pluginmanager.hasplugin("xdist") or workers in (None, 0):
+        return
+    found = relay.Relay(_terminal_line(config))
+    found.start()
+    config.stash[RELAY] = found
+
+
+def _stop_relay(config: pytest.Config) -> None:
+    found = config.stash.get(RELAY, None)
+    if found is not None:
+        found.stop()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    _stop_relay(config)
     pool = config.stash.get(POOL, None)
     if pool is not None:
         pool.stop()
@@ -342,6 +372,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """On a pytest-xdist worker, its results go to the controller as a report (the
     worker's own terminal and files are nobody's to read or write)."""
     config = session.config
+    _stop_relay(config)  # the workers' last lines, before the summary
     outcomes = config.stash.get(OUTCOMES, [])
     if _worker(config) and outcomes:
         report = text.to_json(outcomes, _run_record(config.stash[SETTINGS]))

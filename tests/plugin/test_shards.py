@@ -87,7 +87,8 @@ def test_two_xdist_workers_give_one_summary_and_one_report(perf_project, fake_vl
     PASS/FAIL line, and writes one JSON report and one Markdown summary with both
     results. Before, the controller had no outcomes (they lived in the workers) and
     printed no summary, and the workers would have written the same report file.
-    Broken on purpose (the workers' reports not sent), there is no summary."""
+    Broken on purpose (the workers' reports not sent), there is no summary; (each
+    worker's progress written to its own terminal), no progress line names a worker."""
     first, second = _names()
     perf_project.makepyfile(test_shards=TEST.replace("NAME", first) + TEST.replace("NAME", second))
     (perf_project.path / "profiles" / "p.yaml").write_text("extends: default\n")
@@ -98,6 +99,10 @@ def test_two_xdist_workers_give_one_summary_and_one_report(perf_project, fake_vl
     result.assert_outcomes(passed=2)
     out = result.stdout.str()
     assert out.count("vLLM perf summary") == 1, out
+    # each worker's progress, on the controller's terminal with the worker's id (xdist
+    # keeps a worker's own output: before, a run printed nothing until its summary)
+    for worker in ("gw0", "gw1"):
+        assert f"[vllm-perf {worker}] --vllm-url: measuring {fake_vllm.url}" in out, out
     assert f"test_shards.py::{first}" in out and f"test_shards.py::{second}" in out
     assert "vLLM perf PASS: 2 results" in out, out
     doc = json.loads((perf_project.path / "all.json").read_text())
