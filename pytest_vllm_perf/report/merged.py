@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_vllm_perf.core.errors import BaselineError
-from pytest_vllm_perf.report import cost
+from pytest_vllm_perf.report import cost, text
 
 __all__ = ["failures", "markdown", "merge", "summary"]
 
@@ -78,37 +78,38 @@ def _verdict(result: Mapping[str, Any]) -> str:
     return str(gate.get("verdict", "-")) if gate else "-"
 
 
+def _table(
+    results: Sequence[Mapping[str, Any]], markdown: bool
+) -> tuple[list[str], list[list[str]]]:
+    """A session's own summary columns (``text.result_rows``), and what each failed on."""
+    rows = text.result_rows(results, markdown)
+    why = [", ".join(failures(r)) or "-" for r in results]
+    return [*text.summary_headers(), "failed on"], [[*r, w] for r, w in zip(rows, why, strict=True)]
+
+
 def summary(doc: Mapping[str, Any], missing: Sequence[str]) -> tuple[list[str], str]:
     """The table of every result, and the final PASS/FAIL line."""
-    rows = [
-        (str(r.get("test")), str(r.get("profile")), _verdict(r), ", ".join(failures(r)) or "-")
-        for r in doc["results"]
-    ]
-    header = ("test", "profile", "verdict", "failed on")
-    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=False)]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in (header, *rows)
-    ]
-    lines += cost.lines(doc["results"])
-    failing = [r for r in rows if r[3] != "-"]
+    results = doc["results"]
+    lines = text.table(*_table(results, markdown=False))
+    lines += cost.lines(results)
+    failing = [(r, why) for r in results if (why := ", ".join(failures(r)))]
     merged = f"merged from {len(doc['run']['merged'])} report(s)"
     if failing or missing:
-        parts = [f"{t} [{p}] {why}" for t, p, _, why in failing[:4]]
+        parts = [f"{r.get('test')} [{r.get('profile')}] {why}" for r, why in failing[:4]]
         parts += [f"{m} missing" for m in missing]
-        head = f"FAIL: {len(failing)} of {len(rows)} results failed"
+        head = f"FAIL: {len(failing)} of {len(results)} results failed"
         return lines, f"vLLM perf {head}: {'; '.join(parts)} ({merged})"
-    counts = Counter(row[2] for row in rows)
+    counts = Counter(_verdict(r) for r in results)
     words = ", ".join(f"{n} {word}" for word, n in sorted(counts.items()))
-    return lines, f"vLLM perf PASS: {len(rows)} results ({words}) ({merged})"
+    return lines, f"vLLM perf PASS: {len(results)} results ({words}) ({merged})"
 
 
 def markdown(doc: Mapping[str, Any], missing: Sequence[str], headline: str) -> str:
     """The merged summary as Markdown: the line, then a row per result."""
     lines = ["## vLLM perf (merged)", "", f"**{headline}**", ""]
-    lines += ["| test | profile | verdict | failed on |", "|---|---|---|---|"]
-    for r in doc["results"]:
-        why = ", ".join(failures(r)) or "-"
-        lines.append(f"| `{r.get('test')}` | {r.get('profile')} | {_verdict(r)} | {why} |")
+    headers, rows = _table(doc["results"], markdown=True)
+    lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     lines += [f"- {m} missing" for m in missing]
     lines += cost.markdown(doc["results"])
     return "\n".join(lines) + "\n"

@@ -6,6 +6,7 @@ metric added there shows up in every view.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -25,7 +26,7 @@ from pytest_vllm_perf.core.records import (
     Outcome,
     Verdict,
 )
-from pytest_vllm_perf.core.registry import METRICS, split_key
+from pytest_vllm_perf.core.registry import METRICS, from_bench_serve_key, split_key
 from pytest_vllm_perf.report import cost
 from pytest_vllm_perf.verdict import baseline, compare, stats
 from pytest_vllm_perf.verdict.gate import current_passes
@@ -42,7 +43,9 @@ __all__ = [
     "gate_notes",
     "markdown",
     "regression_message",
+    "result_rows",
     "side_by_side",
+    "summary_headers",
     "summary_lines",
     "threshold_message",
     "to_json",
@@ -188,23 +191,48 @@ def verdict_line(outcomes: Sequence[Outcome], wall_s: float, gpus: int) -> str:
     return f"vLLM perf {head}; {minutes}"
 
 
+def _row(
+    test: str, profile: str, metrics: Mapping[str, float], passed: bool, said: str, markdown: bool
+) -> list[str]:
+    cells = [_cell(metrics, key) for key in COLUMNS]
+    slo = "pass" if passed else ("**FAIL**" if markdown else "FAIL")
+    return [f"`{test}`" if markdown else test, profile, *cells, slo, said]
+
+
 def _rows(outcomes: Sequence[Outcome], markdown: bool = False) -> list[list[str]]:
+    return [
+        _row(o.test_id, o.profile, o.result.metrics, o.passed, verdict(o), markdown)
+        for o in outcomes
+    ]
+
+
+def result_rows(results: Sequence[Mapping[str, Any]], markdown: bool = False) -> list[list[str]]:
+    """The summary table's rows from ``--vllm-json`` results (the reports of a
+    ``pytest -n N`` session's workers, or of shards), the same columns as a session's
+    own table: the merged summary once showed only test, profile and verdict."""
     rows = []
-    for o in outcomes:
-        cells = [_cell(o.result.metrics, key) for key in COLUMNS]
-        slo = "pass" if o.passed else ("**FAIL**" if markdown else "FAIL")
-        test = f"`{o.test_id}`" if markdown else o.test_id
-        rows.append([test, o.profile, *cells, slo, verdict(o)])
+    for r in results:
+        metrics: dict[str, float] = {}
+        for key, value in (r.get("metrics") or {}).items():
+            with contextlib.suppress(TypeError, ValueError):  # a field that is no figure
+                metrics[from_bench_serve_key(key)] = math.nan if value is None else float(value)
+        passed = all(c.get("passed") for c in r.get("thresholds", ()))
+        gate = r.get("baseline")
+        said = str(gate.get("verdict", "-")) if gate else "-"
+        rows.append(
+            _row(str(r.get("test")), str(r.get("profile")), metrics, passed, said, markdown)
+        )
     return rows
 
 
-def _headers() -> list[str]:
+def summary_headers() -> list[str]:
+    """The summary table's columns (``COLUMNS`` between the test and its verdicts)."""
     return ["test", "profile", *(_label(k) for k in COLUMNS), "SLO", "verdict"]
 
 
 def summary_lines(outcomes: Sequence[Outcome]) -> list[str]:
     """One row per test and profile: the figures a perf reviewer looks at first."""
-    return table(_headers(), _rows(outcomes))
+    return table(summary_headers(), _rows(outcomes))
 
 
 def cost_lines(outcomes: Sequence[Outcome]) -> list[str]:
@@ -457,7 +485,7 @@ def markdown(
     base: Path | None = None,
     headline: str = "",
 ) -> str:
-    headers = _headers()
+    headers = summary_headers()
     lines = ["## vLLM perf", ""] + ([f"**{headline}**", ""] if headline else [])
     lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(row) + " |" for row in _rows(outcomes, markdown=True)]

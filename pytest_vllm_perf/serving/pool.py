@@ -300,7 +300,7 @@ class ServerPool:
     def _meter(self, platform: Platform) -> tuple[energy.EnergyMeter | None, str]:
         """The energy meter of a server this pool booted, or None and why there is none."""
         if platform != "cuda":
-            return None, "no NVIDIA GPU (the CPU engine): NVML energy not measured"
+            return None, "no NVIDIA GPU (the CPU engine), so no NVML"
         if self.config.gpu_share > 1:
             return None, (
                 f"the GPU is shared by {self.config.gpu_share} pytest-xdist workers under "

@@ -111,6 +111,18 @@ def test_two_xdist_workers_give_one_summary_and_one_report(perf_project, fake_vl
     )
     assert sorted(doc["run"]["merged"]) == ["gw0", "gw1"] and doc["run"]["stored_tests"] == 2
     assert "vLLM perf PASS: 2 results" in (perf_project.path / "all.md").read_text()
+    # the session's own columns, each worker's figures in its row (the merged table once
+    # had only test, profile and verdict)
+    header = next(line for line in out.splitlines() if line.startswith("test "))
+    assert header.split()[:6] == ["test", "profile", "n", "failed", "TTFT", "p50"], header
+    by_test = {r["test"]: r["metrics"] for r in doc["results"]}
+    for name in (first, second):
+        # its first row is the summary's, the cost table's comes after
+        row = next(line for line in out.splitlines() if line.startswith(f"test_shards.py::{name} "))
+        assert row.split()[2] == str(int(by_test[f"test_shards.py::{name}"]["completed"])), row
+    assert (
+        "| test | profile | n | failed | TTFT p50 |" in (perf_project.path / "all.md").read_text()
+    )
     # what each test cost, merged like the rest: its load seconds, and why no energy
     assert "what each test cost:" in out and "energy not measured: an external server" in out
     for r in doc["results"]:

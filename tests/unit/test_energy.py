@@ -148,7 +148,7 @@ def test_every_report_shows_what_each_test_cost_and_why_energy_is_missing():
     assert doc["cost"]["energy_per_1k_tokens_j"] == pytest.approx(2000.0)
     assert doc["metrics"]["energy_per_1k_tokens_j"] == pytest.approx(2000.0)
 
-    cpu = _outcome(None, note="no NVIDIA GPU (the CPU engine): NVML energy not measured")
+    cpu = _outcome(None, note="no NVIDIA GPU (the CPU engine), so no NVML")
     lines = text.cost_lines([cpu])
     assert lines[-1] == f"energy not measured: {cpu.provenance.energy_note}"
     assert cost.record(cpu).get("energy_j") is None
