@@ -16,6 +16,11 @@ set -uo pipefail
 out=${OUT:-out/gpu-cost}
 cache=${VLLM_PERF_CACHE:-.vllm-perf-cache}
 mkdir -p "$out"
+# the servers' logs come back also when a step is cut short (a lease's end, a timeout):
+# the boot of a first try that ran out of device time was never seen
+keep_logs() { tail -c 20000 "$cache"/logs/*.log > "$out/server-logs.txt" 2>/dev/null; nvidia-smi > "$out/nvidia-smi.txt" 2>&1; }
+trap keep_logs EXIT
+trap 'exit 143' TERM INT
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 common=(examples -k "decode or interference" -p pytest_vllm_perf.plugin -p no:cacheprovider
   -rA --vllm-model-preset=llama-8b --vllm-platform=cuda --vllm-boot-timeout=900
@@ -44,6 +49,4 @@ for step in "$@"; do
   esac
   echo "$step: $(($(date +%s) - start)) s" | tee -a "$out/times.txt"
 done
-tail -c 20000 "$cache"/logs/*.log > "$out/server-logs.txt" 2>/dev/null
-nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 exit 0
