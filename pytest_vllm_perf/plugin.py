@@ -123,7 +123,7 @@ def _progress_writer(config: pytest.Config) -> Progress:
 def _start_relay(config: pytest.Config) -> None:
     """On a pytest-xdist controller whose workers are to come, relay their progress."""
     workers = config.getoption("numprocesses", None) or config.getoption("tx", None)
-    if _worker(config) or not config.pluginmanager.hasplugin("xdist") or workers in (None, 0):
+    if _worker(config) or not config.pluginmanager.hasplugin("xdist") or not workers:
         return
     found = relay.Relay(_terminal_line(config))
     found.start()

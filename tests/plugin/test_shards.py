@@ -128,3 +128,19 @@ def test_two_xdist_workers_give_one_summary_and_one_report(perf_project, fake_vl
     for r in doc["results"]:
         assert r["cost"]["boot_s"] == 0 and r["cost"]["load_s"] > 0, r["cost"]
     assert "### What each test cost" in (perf_project.path / "all.md").read_text()
+
+
+def test_a_run_without_workers_relays_nothing(pytester):
+    """The relay of workers' progress starts only where workers are to come: with
+    pytest-xdist installed and no -n, or -n 0, the session is left alone (broken on
+    purpose, the relay started whenever xdist was installed: its folder named here)."""
+    pytester.makepyfile(
+        """
+        import os
+
+        def test_env():
+            assert "VLLM_PERF_PROGRESS_DIR" not in os.environ
+        """
+    )
+    for args in ((), ("-n", "0")):
+        pytester.runpytest_subprocess("-p", "no:cacheprovider", *args).assert_outcomes(passed=1)
