@@ -46,6 +46,7 @@ __all__ = [
     "rank_sum_null",
     "signed_rank_null",
     "signed_rank_p",
+    "t_pdf",
     "t_quantile",
     "t_sf",
     "unpaired",
@@ -268,22 +269,40 @@ def t_sf(t: float, df: float) -> float:
     return tail if t >= 0 else 1 - tail
 
 
+def t_pdf(t: float, df: float) -> float:
+    """The density of Student's t with ``df`` degrees of freedom at ``t``."""
+    log_front = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_front - (df + 1) / 2 * math.log1p(t * t / df))
+
+
 def t_quantile(q: float, df: float) -> float:
-    """The ``q`` quantile of Student's t (bisection on :func:`t_sf`)."""
+    """The ``q`` quantile of Student's t: Newton's steps on :func:`t_sf`, kept inside a
+    bracket that each step narrows (bisection where a step would leave it). A fixed 200
+    bisections took 88% of the verdicts' time in the noise simulation (every A/B look
+    and power note asks for its own level): 5-8 steps reach the same quantile to 1e-12."""
     if not 0 < q < 1:
         raise ValueError(f"a quantile needs 0 < q < 1, got {q}")
     if q < 0.5:
         return -t_quantile(1 - q, df)
+    tail = 1 - q  # t_sf(x) = tail, t_sf falling in x
     low, high = 0.0, 1.0
-    while t_sf(high, df) > 1 - q:
-        high *= 2
+    while t_sf(high, df) > tail:
+        low, high = high, high * 2
+    x = (low + high) / 2
     for _ in range(200):
-        mid = (low + high) / 2
-        if t_sf(mid, df) > 1 - q:
-            low = mid
+        excess = t_sf(x, df) - tail
+        if excess == 0:
+            return x
+        if excess > 0:
+            low = x
         else:
-            high = mid
-    return (low + high) / 2
+            high = x
+        step = x + excess / t_pdf(x, df)  # d t_sf / dx = -pdf
+        following = step if low < step < high else (low + high) / 2
+        if abs(following - x) <= 1e-14 * max(1.0, x) or high - low <= 1e-14 * max(1.0, x):
+            return following
+        x = following
+    return x
 
 
 @dataclass(frozen=True)
