@@ -20,8 +20,9 @@ from pytest_vllm_perf.core.records import Verdict
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.measure import capacity_search, measure
 from pytest_vllm_perf.report import benchjson
-from pytest_vllm_perf.tools import history
+from pytest_vllm_perf.tools import history, merge
 from pytest_vllm_perf.verdict import thresholds
+from tests.shards import shard_names
 
 pytestmark = pytest.mark.engine
 VERDICTS = {str(v) for v in Verdict}
@@ -248,3 +249,48 @@ def test_a_saved_baseline_gates_a_rerun_on_the_same_server(real_server, perf_pro
 # A worse profile failing a run, naming the metric and the changed setting, and the
 # A/B mechanism on two real servers (alternation, nothing stored): tests/engine/
 # test_pr_gate.py, through the pull-request gate in a scratch git repository.
+
+
+SHARDED = """
+import pytest
+
+@pytest.mark.vllm_perf(workload="decode", duration_s=2, warmup_requests=1, repeat=1,
+                       chat={{"users": 2, "output_tokens": 8}}, thresholds={thresholds})
+def NAME(vllm_perf):
+    vllm_perf.run()
+"""
+
+
+def test_shards_measured_apart_merge_into_one_report_and_status(real_server, perf_project, capsys):
+    """Two shards of one run (``--vllm-shard``), each measuring its one test on the real
+    engine, and ``vllm-perf merge``: one report holding both results, and exit 1 naming
+    the second shard's failed test (a threshold it cannot meet); the first shard alone
+    is a shard missing. The merge's verdict rules, a regressed metric in either shard
+    among them, are tests/plugin/test_shards.py's on the fake server. Broken on purpose
+    (every test in every shard), the first shard runs both tests and its outcome check
+    fails."""
+    first, second = shard_names("test_sharded.py")
+    ok = SHARDED.format(thresholds="{'failed': 0}").replace("NAME", first)
+    bad = SHARDED.format(thresholds="{'ttft_p50_ms': 0.001}").replace("NAME", second)
+    perf_project.makepyfile(test_sharded=ok + bad.split("import pytest", 1)[1])
+    args = (f"--vllm-url={real_server.base_url}", "-p", "no:cacheprovider")
+    reports = []
+    for k, outcome in ((1, {"passed": 1}), (2, {"failed": 1})):
+        out = perf_project.path / f"shard{k}.json"
+        run = perf_project.runpytest_subprocess(*args, f"--vllm-shard={k}/2", f"--vllm-json={out}")
+        run.assert_outcomes(**outcome, deselected=1)
+        reports.append(str(out))
+    capsys.readouterr()
+    assert merge.main([*reports, "--json", str(perf_project.path / "merged.json")]) == 1
+    printed = capsys.readouterr().out
+    assert (
+        f"vLLM perf FAIL: 1 of 2 results failed: test_sharded.py::{second} [default] "
+        "ttft_p50_ms (SLO)" in printed
+    ), printed
+    doc = json.loads((perf_project.path / "merged.json").read_text())
+    assert sorted(r["test"] for r in doc["results"]) == sorted(
+        f"test_sharded.py::{n}" for n in (first, second)
+    )
+    assert all(r["metrics"]["completed"] > 0 for r in doc["results"]), doc["results"]
+    assert merge.main(reports[:1]) == 1
+    assert "shard 2/2 missing" in capsys.readouterr().out

@@ -6,22 +6,13 @@ is any run's)."""
 from __future__ import annotations
 
 import json
-import zlib
 
 from pytest_vllm_perf.tools import merge
 from tests.plugin.conftest import PERF_TEST
 from tests.plugin.test_gate import SLOWDOWN, run
+from tests.shards import shard_names
 
 TEST = PERF_TEST.replace("def test_perf(", "def NAME(")
-
-
-def _names() -> tuple[str, str]:
-    """Two test names that fall in shards 1 and 2 of 2 (crc32 of the test id)."""
-    found: dict[int, str] = {}
-    for k in range(100):
-        name = f"test_perf_{k}"
-        found.setdefault(zlib.crc32(f"test_shards.py::{name}".encode()) % 2, name)
-    return found[0], found[1]
 
 
 def test_two_shards_merge_into_one_report_and_a_regression_in_either_fails(
@@ -34,7 +25,7 @@ def test_two_shards_merge_into_one_report_and_a_regression_in_either_fails(
     a shard left out fails the merge; a shard given twice is an error. Broken on
     purpose (every test in every shard), the shards each hold two results and the
     merge refuses them as one result twice."""
-    first, second = _names()
+    first, second = shard_names("test_shards.py")
     perf_project.makepyfile(test_shards=TEST.replace("NAME", first) + TEST.replace("NAME", second))
     (perf_project.path / "profiles" / "p.yaml").write_text("extends: default\n")
     run(perf_project, fake_vllm, "--vllm-save-baseline").assert_outcomes(passed=2)
@@ -89,7 +80,7 @@ def test_two_xdist_workers_give_one_summary_and_one_report(perf_project, fake_vl
     printed no summary, and the workers would have written the same report file.
     Broken on purpose (the workers' reports not sent), there is no summary; (each
     worker's progress written to its own terminal), no progress line names a worker."""
-    first, second = _names()
+    first, second = shard_names("test_shards.py")
     perf_project.makepyfile(test_shards=TEST.replace("NAME", first) + TEST.replace("NAME", second))
     (perf_project.path / "profiles" / "p.yaml").write_text("extends: default\n")
     result = perf_project.runpytest_subprocess(
