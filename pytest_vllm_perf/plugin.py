@@ -131,8 +131,11 @@ def _start_relay(config: pytest.Config) -> None:
 
 
 def _stop_relay(config: pytest.Config) -> None:
+    """Stop the relay once: at the session's end, or at unconfigure if the session
+    never ended (a usage error after configure)."""
     found = config.stash.get(RELAY, None)
     if found is not None:
+        del config.stash[RELAY]
         found.stop()
 
 

@@ -73,11 +73,6 @@ def failures(result: Mapping[str, Any]) -> list[str]:
     return why
 
 
-def _verdict(result: Mapping[str, Any]) -> str:
-    gate = result.get("baseline")
-    return str(gate.get("verdict", "-")) if gate else "-"
-
-
 def _table(
     results: Sequence[Mapping[str, Any]], markdown: bool
 ) -> tuple[list[str], list[list[str]]]:
@@ -99,7 +94,7 @@ def summary(doc: Mapping[str, Any], missing: Sequence[str]) -> tuple[list[str], 
         parts += [f"{m} missing" for m in missing]
         head = f"FAIL: {len(failing)} of {len(results)} results failed"
         return lines, f"vLLM perf {head}: {'; '.join(parts)} ({merged})"
-    counts = Counter(_verdict(r) for r in results)
+    counts = Counter(text.result_verdict(r) for r in results)
     words = ", ".join(f"{n} {word}" for word, n in sorted(counts.items()))
     return lines, f"vLLM perf PASS: {len(results)} results ({words}) ({merged})"
 

@@ -44,6 +44,7 @@ __all__ = [
     "markdown",
     "regression_message",
     "result_rows",
+    "result_verdict",
     "side_by_side",
     "summary_headers",
     "summary_lines",
@@ -217,12 +218,17 @@ def result_rows(results: Sequence[Mapping[str, Any]], markdown: bool = False) ->
             with contextlib.suppress(TypeError, ValueError):  # a field that is no figure
                 metrics[from_bench_serve_key(key)] = math.nan if value is None else float(value)
         passed = all(c.get("passed") for c in r.get("thresholds", ()))
-        gate = r.get("baseline")
-        said = str(gate.get("verdict", "-")) if gate else "-"
+        said = result_verdict(r)
         rows.append(
             _row(str(r.get("test")), str(r.get("profile")), metrics, passed, said, markdown)
         )
     return rows
+
+
+def result_verdict(result: Mapping[str, Any]) -> str:
+    """A ``--vllm-json`` result's verdict as the summary shows it ("-" with no baseline)."""
+    gate = result.get("baseline")
+    return str(gate.get("verdict", "-")) if gate else "-"
 
 
 def summary_headers() -> list[str]:

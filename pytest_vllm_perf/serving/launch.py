@@ -180,19 +180,26 @@ def watch_parent(grace_s: float = STOP_GRACE_S) -> None:
     threading.Thread(target=watch, name="vllm-perf-parent-watch", daemon=True).start()
 
 
+def group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a member (one we may not signal counts)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def reap(pgid: int, grace_s: float) -> None:
     """TERM process group ``pgid``, then KILL what is left of it after ``grace_s``."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 0.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
+        if not group_alive(pgid):
             return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
+        while time.monotonic() < deadline and group_alive(pgid):
             time.sleep(0.2)
 
 

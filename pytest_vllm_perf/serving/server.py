@@ -26,7 +26,7 @@ from typing import IO
 from pytest_vllm_perf.core import redact
 from pytest_vllm_perf.core.errors import ServerError
 from pytest_vllm_perf.core.records import Progress
-from pytest_vllm_perf.serving.launch import PARENT_ENV
+from pytest_vllm_perf.serving.launch import PARENT_ENV, group_alive
 
 __all__ = ["ExternalServer", "ServerError", "ServerSpec", "VllmServer", "stop_all", "stop_servers"]
 
@@ -219,7 +219,7 @@ def stop_servers(servers: Sequence[VllmServer], grace_s: float = 20.0) -> None:
 def _stop_groups(processes: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
     # start_new_session made each server its group's leader: its pid is the group's id
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        live = [p for p in processes if _group_alive(p.pid)]
+        live = [p for p in processes if group_alive(p.pid)]
         if not live:
             break
         for process in live:
@@ -229,22 +229,12 @@ def _stop_groups(processes: Sequence[subprocess.Popen[bytes]], grace_s: float) -
         while time.monotonic() < deadline and live:
             for process in live:
                 process.poll()  # reaps the leader: a zombie still counts in its group
-            live = [p for p in live if _group_alive(p.pid)]
+            live = [p for p in live if group_alive(p.pid)]
             if live:
                 time.sleep(0.2)
     for process in processes:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=5)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def stop_all() -> None:
