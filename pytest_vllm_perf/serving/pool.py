@@ -46,12 +46,21 @@ __all__ = [
     "ServerHandle",
     "ServerPool",
     "served_model",
+    "server_log",
     "split_fraction",
 ]
 
 VLLM_DEFAULT_GPU_MEMORY: Final = 0.9  # vLLM's own gpu_memory_utilization
 SPLIT_NOTE: Final = "A/B memory split"
 SHARE_NOTE: Final = "GPU memory split"
+
+
+def server_log(cache_dir: Path, profile: str, now: float, *, pid: int) -> Path:
+    """The log of a server booted for ``profile`` at ``now`` (Unix time) by process ``pid``.
+
+    The process id is in the name because pytest-xdist workers share the cache folder and
+    boot the same profile in the same second: two servers then wrote one log file."""
+    return cache_dir / "logs" / f"{profile}-{int(now)}-{pid}.log"
 
 
 def split_fraction(asked: float, ways: int = 2) -> float | None:
@@ -242,10 +251,7 @@ class ServerPool:
             # be released would wait out the timeout before every boot
             if platform == "cuda" and not self._resident and self.config.gpu_share == 1:
                 wait_for_gpu_memory(self.config.gpu_release_timeout_s, self.progress)
-            # the process id too: pytest-xdist workers share the cache folder and boot the
-            # same profile in the same second, and two servers then wrote one log file
-            stamp = f"{int(time.time())}-{os.getpid()}"
-            log = self.config.cache_dir / "logs" / f"{profile.name}-{stamp}.log"
+            log = server_log(self.config.cache_dir, profile.name, time.time(), pid=os.getpid())
             vllm = VllmServer(spec, log, self.config.boot_timeout_s)
             for note in settings.notes:
                 self.progress(f"profile {profile.name}: {note}")

@@ -253,3 +253,12 @@ def test_the_next_boot_waits_for_gpu_memory_to_be_released(tmp_path, monkeypatch
     pool_module.wait_for_gpu_memory(60, notes.append)
     assert notes == ["waiting for GPU memory to be released (50000 MiB in use)"] * 2
     assert len(calls.read_text().split()) == 3
+
+
+def test_workers_booting_one_profile_in_one_second_write_two_logs(tmp_path):
+    # pytest-xdist workers share the cache folder: same profile, same second, two processes
+    first = pool_module.server_log(tmp_path, "default", 1765000000.2, pid=4001)
+    second = pool_module.server_log(tmp_path, "default", 1765000000.7, pid=4002)
+    assert first != second
+    assert first.parent == second.parent == tmp_path / "logs"
+    assert first.name.startswith("default-1765000000-")
