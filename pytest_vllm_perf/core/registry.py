@@ -12,9 +12,10 @@ the whole run.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pytest_vllm_perf.core.errors import ThresholdError
 
@@ -31,6 +32,9 @@ __all__ = [
     "default_tolerances",
     "from_bench_serve_key",
     "metric",
+    "metrics_from_report",
+    "metrics_to_report",
+    "report_number",
     "split_key",
     "threshold_target",
 ]
@@ -304,6 +308,38 @@ def from_bench_serve_key(key: str) -> str:
         return _BY_BENCH_SERVE.get(key, key)
     cls, _, name = key.partition(".")
     return f"{cls}.{_BY_BENCH_SERVE.get(name, name)}" if name else key
+
+
+def metrics_to_report(metrics: Mapping[str, float]) -> dict[str, float | str | None]:
+    """Our metric names -> ``vllm bench serve`` result keys, for a JSON report. JSON has
+    no NaN or infinity: NaN is written as null, an infinity as its string."""
+    out: dict[str, float | str | None] = {}
+    for key, value in metrics.items():
+        cls, name = split_key(key)
+        found = METRICS.get(name)
+        name = found.bench_serve_key or name if found else name
+        out[f"{cls}.{name}" if cls else name] = report_number(value)
+    return out
+
+
+def report_number(value: float) -> float | str | None:
+    """A figure as a JSON report holds it: None for NaN, a string for infinities."""
+    return None if math.isnan(value) else (str(value) if math.isinf(value) else value)
+
+
+def metrics_from_report(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """A report's metrics (``metrics_to_report``'s) back to our names and floats: null -> NaN,
+    "inf" -> infinity; a field that is no figure (a bool, a list, other text) is left out."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if value is None:
+            out[from_bench_serve_key(key)] = math.nan
+        elif isinstance(value, int | float | str) and not isinstance(value, bool):
+            try:
+                out[from_bench_serve_key(key)] = float(value)
+            except ValueError:
+                continue
+    return out
 
 
 def metric(key: str) -> MetricDef:

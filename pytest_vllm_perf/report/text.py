@@ -6,7 +6,6 @@ metric added there shows up in every view.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -26,7 +25,13 @@ from pytest_vllm_perf.core.records import (
     Outcome,
     Verdict,
 )
-from pytest_vllm_perf.core.registry import METRICS, from_bench_serve_key, split_key
+from pytest_vllm_perf.core.registry import (
+    METRICS,
+    metrics_from_report,
+    metrics_to_report,
+    report_number,
+    split_key,
+)
 from pytest_vllm_perf.report import cost
 from pytest_vllm_perf.verdict import baseline, compare, stats
 from pytest_vllm_perf.verdict.gate import current_passes
@@ -35,7 +40,6 @@ __all__ = [
     "COLUMNS",
     "SIDE_BY_SIDE",
     "Side",
-    "bench_serve_keys",
     "comparison_lines",
     "cost_lines",
     "describe_check",
@@ -213,10 +217,7 @@ def result_rows(results: Sequence[Mapping[str, Any]], markdown: bool = False) ->
     own table: the merged summary once showed only test, profile and verdict."""
     rows = []
     for r in results:
-        metrics: dict[str, float] = {}
-        for key, value in (r.get("metrics") or {}).items():
-            with contextlib.suppress(TypeError, ValueError):  # a field that is no figure
-                metrics[from_bench_serve_key(key)] = math.nan if value is None else float(value)
+        metrics = metrics_from_report(r.get("metrics") or {})
         passed = all(c.get("passed") for c in r.get("thresholds", ()))
         said = result_verdict(r)
         rows.append(
@@ -394,22 +395,6 @@ def _ratio(ref: Side, other: Side, key: str, verdicts: Mapping[str, MetricVerdic
     return f"{value} (x{b / a:.2f}{noise})"
 
 
-def bench_serve_keys(metrics: Mapping[str, float]) -> dict[str, float | str | None]:
-    """Our metric names -> ``vllm bench serve`` result keys, for the same quantities."""
-    out: dict[str, float | str | None] = {}
-    for key, value in metrics.items():
-        cls, name = split_key(key)
-        found = METRICS.get(name)
-        name = found.bench_serve_key or name if found else name
-        out[f"{cls}.{name}" if cls else name] = _number(value)
-    return out
-
-
-def _number(value: float) -> float | str | None:
-    """JSON has no NaN or infinity: None for NaN, a string for infinities."""
-    return None if math.isnan(value) else (str(value) if math.isinf(value) else value)
-
-
 def _verdict_json(v: MetricVerdict) -> dict[str, Any]:
     numbers = (
         "baseline", "current", "ratio", "low", "high", "tolerance", "p_value", "p_holm",
@@ -417,7 +402,7 @@ def _verdict_json(v: MetricVerdict) -> dict[str, Any]:
     )  # fmt: skip
     return {
         "metric": v.metric,
-        **{name: _number(getattr(v, name)) for name in numbers},
+        **{name: report_number(getattr(v, name)) for name in numbers},
         "verdict": str(v.verdict),
         "basis": v.basis,
         "gated": v.gated,
@@ -434,9 +419,9 @@ def _passes_json(result: Measurement) -> list[dict[str, Any]]:
             "drain_s": round(p.drain_s, 6),
             "elapsed_s": round(p.counted_s, 6),
             "overloaded": p.overloaded,
-            "client_lag_p99_ms": _number(round(p.client_lag_p99_ms, 3)),
-            "started_unix": _number(round(p.started_unix, 3)),
-            "metrics": bench_serve_keys(m),
+            "client_lag_p99_ms": report_number(round(p.client_lag_p99_ms, 3)),
+            "started_unix": report_number(round(p.started_unix, 3)),
+            "metrics": metrics_to_report(m),
         }
         for p, m in zip(result.passes, result.pass_metrics, strict=True)
     ]
@@ -460,7 +445,7 @@ def to_json(outcomes: Sequence[Outcome], run: Mapping[str, Any] | None = None) -
                 "environment": prov.environment.to_dict(),
                 "workload": o.result.workload.to_dict(),
                 "duration": round(o.result.duration_s, 3),
-                "metrics": bench_serve_keys(o.result.metrics),
+                "metrics": metrics_to_report(o.result.metrics),
                 "distribution": baseline.distribution(o.result),
                 "passes": _passes_json(o.result),
                 **({"base_passes": _passes_json(o.base)} if o.base is not None else {}),

@@ -33,7 +33,7 @@ from typing import Any, Final
 from pytest_vllm_perf.core import atomic, redact
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import Measurement, PassRecord, Provenance, RequestRecord
-from pytest_vllm_perf.core.registry import COMPARED, SERVER_COMPARED, from_bench_serve_key
+from pytest_vllm_perf.core.registry import COMPARED, SERVER_COMPARED, metrics_from_report
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
 from pytest_vllm_perf.verdict import capacity, stats
 from pytest_vllm_perf.verdict.compare import MAX_BOOTS, Passes
@@ -281,11 +281,8 @@ def report_passes(passes: Sequence[Mapping[str, Any]]) -> Passes:
 
 
 def _internal_keys(metrics: Mapping[str, Any]) -> dict[str, float | str]:
-    """A report's ``vllm bench serve`` keys back to ours; None (NaN in a report) -> "nan"."""
-    return {
-        from_bench_serve_key(key): _json(math.nan if value is None else float(value))
-        for key, value in metrics.items()
-    }
+    """A report's metrics as a stored baseline holds them (NaN and infinities as text)."""
+    return {key: _json(value) for key, value in metrics_from_report(metrics).items()}
 
 
 def report_series(result: Mapping[str, Any]) -> dict[str, list[float]]:
@@ -302,14 +299,8 @@ def report_series(result: Mapping[str, Any]) -> dict[str, list[float]]:
     named = (*workload.get("gate", ()), *workload.get("ab_gate", ()), *workload.get("report", ()))
     # the engine's own means and the GPUs' energy where measured (absent otherwise)
     keys = dict.fromkeys([*COMPARED, *named, *SERVER_COMPARED, "energy_j"])
-    per_pass = [
-        {from_bench_serve_key(k): v for k, v in p.get("metrics", {}).items()}
-        for p in result.get("passes") or ()
-    ]
-    series = {
-        key: [float(v) for m in per_pass if isinstance(v := m.get(key), (int, float))]
-        for key in keys
-    }
+    per_pass = [metrics_from_report(p.get("metrics", {})) for p in result.get("passes") or ()]
+    series = {key: [v for m in per_pass if key in m and math.isfinite(v := m[key])] for key in keys}
     return {k: [v for v in values if math.isfinite(v)] for k, values in series.items() if values}
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 
 from pytest_vllm_perf.core import registry
@@ -37,7 +40,20 @@ def test_tolerances_only_for_compared_metrics():
 
 
 def test_reports_read_the_registry():
-    keys = text.bench_serve_keys({"ttft_p50_ms": 1.0, "chat.itl_p99_ms": 2.0, "completed": 3.0})
+    keys = registry.metrics_to_report(
+        {"ttft_p50_ms": 1.0, "chat.itl_p99_ms": 2.0, "completed": 3.0}
+    )
     assert keys == {"median_ttft_ms": 1.0, "chat.p99_itl_ms": 2.0, "completed": 3.0}
     for key in (*text.COLUMNS, *text.SIDE_BY_SIDE, *registry.COMPARED):
         assert key in registry.METRICS
+
+
+def test_report_metrics_read_back_as_written():
+    # what a JSON report holds (NaN as null, infinities as text) reads back to our figures
+    ours = {"ttft_p50_ms": 1.5, "chat.itl_p999_ms": math.inf, "itl_p99_ms": math.nan}
+    written = json.loads(json.dumps(registry.metrics_to_report(ours)))
+    assert written == {"median_ttft_ms": 1.5, "chat.p99.9_itl_ms": "inf", "p99_itl_ms": None}
+    back = registry.metrics_from_report({**written, "flag": True, "note": "text", "list": [1]})
+    assert back.keys() == ours.keys()
+    assert back["ttft_p50_ms"] == 1.5 and back["chat.itl_p999_ms"] == math.inf
+    assert math.isnan(back["itl_p99_ms"])
