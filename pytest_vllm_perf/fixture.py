@@ -69,13 +69,13 @@ class CostClock:
     begins (before its servers boot); each collected result takes the time since the
     last mark, so a test that runs twice is charged once in all."""
 
-    def __init__(self, booted: Callable[[], float], gpus: int, mark: tuple[float, float]) -> None:
+    def __init__(self, booted: Callable[[], float], gpus: float, mark: tuple[float, float]) -> None:
         self._booted = booted
         self.gpus = gpus
         self._mark = mark
 
     @classmethod
-    def now(cls, booted: Callable[[], float], gpus: int) -> CostClock:
+    def now(cls, booted: Callable[[], float], gpus: float) -> CostClock:
         return cls(booted, gpus, (time.monotonic(), booted()))
 
     def take(self) -> Cost:

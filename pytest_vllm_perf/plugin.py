@@ -259,10 +259,7 @@ def _profile_of(item: pytest.Item) -> str | None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     pool = item.config.stash.get(POOL, None)
     if pool is not None and "vllm_perf" in getattr(item, "fixturenames", ()):
-        settings = item.config.stash[SETTINGS]
-        cuda = (settings.platform or hardware.detect_platform()) == "cuda" and not settings.url
-        gpus = hardware.gpu_count() if cuda else 0
-        item.stash[COST_MARK] = CostClock.now(lambda: pool.booted_s, gpus)
+        item.stash[COST_MARK] = CostClock.now(lambda: pool.booted_s, pool.config.gpus_held())
 
 
 @pytest.fixture

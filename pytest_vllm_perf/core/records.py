@@ -311,12 +311,13 @@ class GateResult:
 class Cost:
     """What one test spent: seconds the pool spent booting servers for it, seconds of
     the rest (its warmups, passes and verdicts), and the GPUs held meanwhile (0 on the
-    CPU engine): GPU-seconds are seconds times ``gpus``. Its GPUs' energy is a metric
+    CPU engine; a share of one where pytest-xdist workers share a GPU, 0.5 for two):
+    GPU-seconds are seconds times ``gpus``. Its GPUs' energy is a metric
     of its passes (``energy_j``), not of this record."""
 
     boot_s: float
     load_s: float
-    gpus: int
+    gpus: float
 
     @property
     def gpu_boot_s(self) -> float:

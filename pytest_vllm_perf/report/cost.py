@@ -20,7 +20,7 @@ __all__ = ["FIELDS", "lines", "markdown", "record"]
 FIELDS: Final = (
     ("boot_s", "boots s", "{:.0f}"),
     ("load_s", "load s", "{:.0f}"),
-    ("gpus", "GPUs", "{:.0f}"),
+    ("gpus", "GPUs", "{:g}"),  # 0.5: one of two workers sharing a GPU
     ("gpu_boot_s", "GPU-s boots", "{:.0f}"),
     ("gpu_load_s", "GPU-s load", "{:.0f}"),
     ("energy_j", "energy J", "{:.0f}"),

@@ -93,6 +93,16 @@ class PoolConfig:
     def resolved_platform(self) -> Platform:
         return self.platform or hardware.detect_platform()
 
+    def gpus_held(self) -> float:
+        """The GPUs this pool's servers hold, for GPU-seconds: its GPUs over the workers
+        sharing them (two workers on one H200 hold half of it each: counted as one
+        apiece, a merged report's GPU-seconds exceeded the session's wall time on its
+        one GPU, ``bench/results/h200/cost-share/``); 0 on the CPU engine and on a
+        server someone else started."""
+        if self.external_url or self.resolved_platform() != "cuda":
+            return 0.0
+        return hardware.gpu_count() / self.gpu_share
+
 
 @dataclass(frozen=True)
 class ServerHandle:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import sys
 import types
+from dataclasses import replace
 
 import pytest
 
@@ -153,3 +154,24 @@ def test_every_report_shows_what_each_test_cost_and_why_energy_is_missing():
     assert lines[-1] == f"energy not measured: {cpu.provenance.energy_note}"
     assert cost.record(cpu).get("energy_j") is None
     assert lines[2].split()[-2:] == ["-", "-"]  # energy and per 1k tokens: not measured
+
+
+def test_workers_sharing_a_gpu_are_charged_their_share_of_it(monkeypatch, tmp_path):
+    """Two pytest-xdist workers on one GPU hold half of it each: their GPU-seconds sum to
+    the GPU's, not twice that (on the H200, counted as one GPU apiece, a merged report
+    charged 310 GPU-seconds over a 229 s session). The CPU engine and a server someone
+    else started hold none."""
+    from pytest_vllm_perf.serving import hardware
+    from pytest_vllm_perf.serving.pool import PoolConfig
+
+    monkeypatch.setattr(hardware, "gpu_count", lambda: 1)
+    shared = PoolConfig(tmp_path, platform="cuda", gpu_share=2)
+    assert shared.gpus_held() == 0.5
+    assert PoolConfig(tmp_path, platform="cuda").gpus_held() == 1
+    assert PoolConfig(tmp_path, platform="cpu").gpus_held() == 0
+    assert PoolConfig(tmp_path, platform="cuda", external_url="http://x").gpus_held() == 0
+
+    half = replace(_outcome(None), cost=Cost(boot_s=80.0, load_s=30.0, gpus=shared.gpus_held()))
+    found = cost.record(half)
+    assert (found["gpu_boot_s"], found["gpu_load_s"]) == (40.0, 15.0)
+    assert "| `t.py::test_x` | p | 80 | 30 | 0.5 | 40 | 15 | - | - |" in text.markdown([half])
