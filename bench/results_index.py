@@ -49,8 +49,12 @@ def _added(rel: str) -> str:
 
 
 def commands_in(text: str) -> list[str]:
-    """Backticked command lines, and the command lines of a fenced block."""
-    found = [c for c in COMMAND.findall(text) if not c.startswith("bench/results/")]
+    """Backticked command lines, and the command lines of a fenced block. A backticked
+    command wrapped over lines reads as one line (as Markdown shows it): a line break in
+    it split its table row in two."""
+    found = [
+        " ".join(c.split()) for c in COMMAND.findall(text) if not c.startswith("bench/results/")
+    ]
     if text.lstrip().startswith("```"):
         found += [
             line.strip().rstrip("\\").strip()
