@@ -1,8 +1,8 @@
 """SIGTERM during the load, on the real engine, from a user folder with two perf tests
 (the interrupt acceptance): the servers are gone within 15 s, the whole session ends
-with exit 2, the second test never starts, and no vLLM process is left. The same boot shows vLLM's prefix cache
-off: broken on purpose (``no-prefix-cache`` turning caching on), vLLM's counters read
-7680 hits of 13664 queried tokens and the last check fails."""
+with exit 2, the second test never starts, and no vLLM process is left. The same boot
+shows vLLM's prefix cache off: broken on purpose (``no-prefix-cache`` turning caching
+on), vLLM's counters read 7680 hits of 13664 queried tokens and the last check fails."""
 
 from __future__ import annotations
 
