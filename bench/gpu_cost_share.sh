@@ -9,7 +9,7 @@
 #      worker boots its own server with a little under half the GPU's memory, both load
 #      the GPU at once, and the controller writes one merged report.
 # Usage, from a copy of the repository (bench/gpu_jobs.sh start makes one):
-#   bash bench/gpu_cost_share.sh [energy] [share]
+#   [PRESET=llama-8b] [REPEAT=3] bash bench/gpu_cost_share.sh [energy] [share]
 # Needs vLLM, pytest-xdist and nvidia-ml-py importable (PYTHONPATH=~/vllm-site, where
 # they are staged). Writes everything under $OUT.
 set -uo pipefail
@@ -23,7 +23,7 @@ trap keep_logs EXIT
 trap 'exit 143' TERM INT
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 common=(examples -k "decode or interference" -p pytest_vllm_perf.plugin -p no:cacheprovider
-  -rA --vllm-model-preset=llama-8b --vllm-platform=cuda --vllm-boot-timeout=900
+  -rA --vllm-model-preset="${PRESET:-llama-8b}" --vllm-platform=cuda --vllm-boot-timeout=900
   --vllm-cache-dir="$cache" --vllm-repeat="${REPEAT:-3}")
 fields=timestamp,power.draw.instant,power.draw
 nvidia-smi --query-gpu=$fields --format=csv,noheader,nounits > /dev/null 2>&1 ||
