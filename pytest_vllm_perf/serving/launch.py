@@ -154,15 +154,7 @@ def watch_parent(grace_s: float = STOP_GRACE_S) -> None:
     direct = os.getppid() == parent
 
     def alive() -> bool:
-        if direct:
-            return os.getppid() == parent
-        try:
-            os.kill(parent, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return os.getppid() == parent if direct else _answers(os.kill, parent)
 
     def watch() -> None:
         while alive():
@@ -182,8 +174,14 @@ def watch_parent(grace_s: float = STOP_GRACE_S) -> None:
 
 def group_alive(pgid: int) -> bool:
     """Whether process group ``pgid`` has a member (one we may not signal counts)."""
+    return _answers(os.killpg, pgid)
+
+
+def _answers(send: Callable[[int, int], None], target: int) -> bool:
+    """Whether signal 0 through ``send`` (``os.kill``, ``os.killpg``) finds ``target``:
+    another user's process, which may not be signalled, exists too."""
     try:
-        os.killpg(pgid, 0)
+        send(target, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
