@@ -56,7 +56,7 @@ from pytest_vllm_perf.core.registry import (
 )
 from pytest_vllm_perf.measure import measure
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
-from pytest_vllm_perf.verdict import compare
+from pytest_vllm_perf.verdict import compare, drift
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -225,13 +225,19 @@ def _verdicts(
     scale: Mapping[str, float],
 ) -> dict[str, tuple[Verdict, bool]]:  # fmt: skip
     gate = GATES.get(name) or workloads.named(name).gate
+    stored = [_passes(b, indices, {}) for b in base]
+    # the boot drift the gate allows a baseline of these boots alone on its hardware
+    with np.errstate(divide="ignore", invalid="ignore"):
+        groups = [[np.log(b.values(k)) for b in stored] for k in gate]
+    allowance = drift.stored(drift.boot_drift(groups, platform), len(stored))
     found = compare.compare(
-        [_passes(b, indices, {}) for b in base],
+        stored,
         _passes(cur, indices, scale),
-        tuple(dict.fromkeys((*gate, *COMPARED))),
+        tuple(dict.fromkeys((*gate, *COMPARED, *workloads.named(name).report))),
         {**default_tolerances(platform), **TOLERANCES},
         gated=gate,
         pair=True,
+        drift=allowance,
     )
     # every compared metric: detection is also shown for reported, not gated ones
     return {v.metric: (v.verdict, v.gated) for v in found}

@@ -36,7 +36,7 @@ import numpy as np
 
 from pytest_vllm_perf.core.records import MetricVerdict, Verdict
 from pytest_vllm_perf.core.registry import METRICS, split_key
-from pytest_vllm_perf.verdict import compare, sequential
+from pytest_vllm_perf.verdict import compare, drift, sequential
 
 __all__ = ["Mode", "Scales", "fit", "operating_characteristic", "sequential_ab", "simulate"]
 
@@ -124,6 +124,7 @@ def sequential_ab(
     keys: Sequence[str],
     tolerances: Mapping[str, float],
     design: sequential.Design,
+    platform: str = "cuda",
 ) -> tuple[list[MetricVerdict], int]:
     """The A/B decision run as ``measure.run_ab`` runs it, on passes drawn ahead (at
     least ``design.most`` a side): judged at each look on the first pairs, stopped
@@ -133,7 +134,7 @@ def sequential_ab(
     for look in design.looks():
         found = compare.compare(
             [_first(base, look.pairs)], _first(cur, look.pairs), keys, tolerances,
-            gated=keys, pair=True, look=look,
+            gated=keys, pair=True, look=look, drift=drift.offset(platform),
         )  # fmt: skip
         by = [v.verdict for v in found if v.gated]
         if Verdict.REGRESSED in by or Verdict.INCONCLUSIVE not in by:
@@ -150,14 +151,16 @@ def operating_characteristic(
     baseline_boots: int = 2,
     trials: int = 200,
     seed: int = 0,
-    most: int = 16,
+    most: int = sequential.DEFAULT_MOST,
+    platform: str = "cuda",
 ) -> dict[str, dict[float, Counter[str]]]:
     """For each metric of ``scales`` (all gated, Holm over them) and each true ratio
     (that metric alone made that many times worse), how often each verdict came out;
     ``"any regressed"`` counts trials in which any gated metric was regressed, and
     ``"pairs"`` (``ab`` only) how many pairs each decision used, by true ratio of the
     first metric's rows. ``ab`` runs the sequential A/B decision from ``passes`` pairs
-    up to ``most``; ``stored`` the fixed comparison of ``passes`` passes."""
+    up to ``most``, allowing for ``platform``'s server offset; ``stored`` the fixed
+    comparison of ``passes`` passes, allowing for the boot drift as ``gate`` does."""
     rng = np.random.default_rng(seed)
     keys = tuple(scales)
     design = sequential.Design(first=passes, most=max(passes, most))
@@ -170,11 +173,16 @@ def operating_characteristic(
             for _ in range(trials):
                 if mode == "ab":
                     base_side, cur = simulate(scales, mode, design.most, 1, {key: ratio}, rng)
-                    found, pairs = sequential_ab(base_side[0], cur, keys, tolerances, design)
+                    found, pairs = sequential_ab(
+                        base_side[0], cur, keys, tolerances, design, platform
+                    )
                     used[str(pairs)] += 1
                 else:
                     base, cur = simulate(scales, mode, passes, baseline_boots, {key: ratio}, rng)
-                    found = compare.compare(base, cur, keys, tolerances, gated=keys, pair=True)
+                    groups = [[np.log(b.values(k)) for b in base] for k in keys]
+                    allowance = drift.stored(drift.boot_drift(groups, platform), len(base))
+                    found = compare.compare(base, cur, keys, tolerances, gated=keys, pair=True,
+                                            drift=allowance)  # fmt: skip
                 by = {v.metric: v.verdict for v in found}
                 counts[str(by[key])] += 1
                 alarms[str(Verdict.REGRESSED in by.values())] += 1

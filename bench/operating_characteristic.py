@@ -18,14 +18,15 @@ as is (A/A) and with the metric made x1.2 worse (injected).
 
 The A/B decision is also run on the real pairs of the H200's resident A/A runs
 (``AB_REAL``): pairs drawn with replacement from the recorded ones, judged as
-``measure.run_ab`` judges them (8 pairs, then 12, then 16), as recorded (A/A: the
+``measure.run_ab`` judges them (8 pairs, then 4 more a look up to 20), as recorded (A/A: the
 false-alarm rate, with the servers' real offset kept) and with each gated metric
 made x1.05 worse on the candidate side (the power at the size of a release
 regression). Rerun with::
 
     .venv/bin/python bench/operating_characteristic.py
 
-Writes ``bench/results/operating_characteristic.{json,md,png}``.
+Writes ``bench/results/operating_characteristic.{json,md,png}``; its ``scenarios`` are
+bench/scenarios.py's named regressions and A/As, ``--scenario-trials`` (1000) each.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any
 
 import noise  # bench/noise.py, beside this script (its only caller)
 import numpy as np
+import scenarios  # bench/scenarios.py: the named scenarios of the gate's error rates
 
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.records import Verdict
@@ -50,7 +52,7 @@ from pytest_vllm_perf.core.registry import (
     from_bench_serve_key,
     tolerance_for,
 )
-from pytest_vllm_perf.verdict import baseline, compare, sequential
+from pytest_vllm_perf.verdict import baseline, compare, drift, sequential
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -108,19 +110,26 @@ def _side(boot: Boot, gate: Sequence[str], factor: Mapping[str, float]) -> compa
     )
 
 
-def real_checks(boots: list[Boot], gate: Sequence[str], tol: Mapping[str, float]) -> dict[str, Any]:
-    """A/A and x1.2-injected rates on the real boots: each boot against two others."""
+def real_checks(
+    boots: list[Boot], gate: Sequence[str], tol: Mapping[str, float], platform: str
+) -> dict[str, Any]:
+    """A/A and x1.2-injected rates on the real boots: each boot against two others, with
+    the boot drift the gate allows a baseline of those two alone on its hardware."""
     aa, hits = [], {k: [] for k in gate}
     for cur in range(len(boots)):
         others = [b for b in range(len(boots)) if b != cur]
         for chosen in itertools.combinations(others, 2):
             base = [_side(boots[b], gate, {}) for b in chosen]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                groups = [[np.log(b.values(k)) for b in base] for k in gate]
+            allowance = drift.stored(drift.boot_drift(groups, platform), len(base))
             found = compare.compare(base, _side(boots[cur], gate, {}), gate, tol, gated=gate,
-                                    pair=True)  # fmt: skip
+                                    pair=True, drift=allowance)  # fmt: skip
             aa.append(any(v.verdict is Verdict.REGRESSED and v.gated for v in found))
             for key in gate:
                 injected = _side(boots[cur], gate, {key: INJECTED})
-                got = compare.compare(base, injected, gate, tol, gated=gate, pair=True)
+                got = compare.compare(base, injected, gate, tol, gated=gate, pair=True,
+                                      drift=allowance)  # fmt: skip
                 found_key = next(v for v in got if v.metric == key)
                 hits[key].append(found_key.verdict is Verdict.REGRESSED)
     return {
@@ -276,7 +285,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               for k, by in found.items()}
                        for mode, found in oc.items()},
                 "check": {
-                    "real": real_checks(boots, tuple(scales), tol),
+                    "real": real_checks(boots, tuple(scales), tol, platform),
                     "model": model_checks(scales, tol, n_passes, args.trials, args.seed),
                 },
             })  # fmt: skip
@@ -284,8 +293,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         {"platform": label, **ab_real(name, sources, args.trials, args.seed)}
         for label, name, sources in AB_REAL
     ]
+    named = scenarios.run(args.scenario_trials, args.seed)
     return {"trials": args.trials, "passes": args.passes, "ratios": RATIOS, "rows": rows,
-            "ab_real": real_ab}  # fmt: skip
+            "ab_real": real_ab, "scenarios": named}  # fmt: skip
 
 
 def _p(counts: Mapping[str, int], verdict: str, trials: int) -> float:
@@ -361,7 +371,9 @@ def markdown(data: Mapping[str, Any]) -> list[str]:
         f"{sequential.Design().first} pairs then up to {sequential.Design().most}, alpha "
         f"{sequential.Design().alpha:.0%} per test): false alarms as recorded, and how often a "
         f"metric made x{AB_PLANT:g} worse on the candidate side was called regressed "
-        "(pairs used: how many decisions stopped at 8 / 12 / 16):",
+        "(pairs used: how many decisions stopped at "
+        + " / ".join(str(n) for n in sequential.Design().pair_counts())
+        + "):",
         "",
         "| platform | workload | recorded pairs | trials | A/A: any gated metric regressed "
         f"| A/A pairs used | metric | tolerance | x{AB_PLANT:g}: regressed, real / model "
@@ -396,6 +408,40 @@ def markdown(data: Mapping[str, Any]) -> list[str]:
             for k, s in row["scales"].items()
         )
         out.append(f"- {row['platform']} {row['workload']} ({row['file']}): {scales}")
+    return out
+
+
+def wilson(hits: float, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson interval of a rate of ``hits`` in ``trials``."""
+    p = hits / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials**2)) / (1 + z * z / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def scenario_lines(data: Mapping[str, Any]) -> list[str]:
+    """The named scenarios (bench/scenarios.py): each rate with its trials, its 95%
+    interval, the bound it must keep, and the pairs its decisions used."""
+    out = [
+        "",
+        "Named scenarios (`bench/scenarios.py`): `power` is P(the test fails) with the "
+        "regression named, `false_alarm` P(an A/A test fails), or of a run of the suite "
+        "for `suite-*`; each through the real verdict with the allowance the gate gives it "
+        "and the A/B looks as `measure.run_ab` takes them, at a single-call test's share of "
+        "the 1% test budget (0.9%).",
+        "",
+        "| scenario | kind | rate | trials | 95% interval | bound | holds | pairs used |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in data.get("scenarios", []):
+        low, high = wilson(row["rate"] * row["trials"], row["trials"])
+        sign = ">=" if row["kind"] == "power" else "<="
+        used = ", ".join(f"{k}: {v}" for k, v in row.get("pairs_used", {}).items()) or "-"
+        out.append(
+            f"| {row['name']} | {row['kind']} | {row['rate']:.1%} | {row['trials']} | "
+            f"{low:.1%}..{high:.1%} | {sign} {row['bound']:.1%} | "
+            f"{'yes' if row['holds'] else '**no**'} | {used} |"
+        )
     return out
 
 
@@ -439,13 +485,14 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--passes", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scenario-trials", type=int, default=1000)
     args = parser.parse_args()
     started = time.time()
     data = run(args)
     data["seconds"] = round(time.time() - started)
     out = RESULTS / "operating_characteristic"
     out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
-    lines = markdown(data)
+    lines = markdown(data) + scenario_lines(data)
     head = f"`.venv/bin/python bench/operating_characteristic.py` ({data['seconds']} s)"
     out.with_suffix(".md").write_text("\n".join([head, "", *lines]) + "\n")
     plot(data, out.with_suffix(".png"))

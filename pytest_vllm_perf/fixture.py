@@ -207,7 +207,7 @@ class PerfFixture:
                     tolerance,
                     max_passes,
                     self._progress,
-                    alpha=settings.ab_alpha,
+                    alpha=settings.call_alpha(settings.ab_alpha, len(self.outcomes)),
                 )
             )
         else:
@@ -227,7 +227,7 @@ class PerfFixture:
                     settings.save_mode,
                     tolerance,
                     settings.gate_other_release,
-                    alpha=settings.stored_alpha,
+                    alpha=settings.call_alpha(settings.stored_alpha, len(self.outcomes)),
                 )
             )
         line = found.line()
@@ -285,8 +285,8 @@ class PerfFixture:
             gate_extra=(*marker.get("gate", ()), *gate),
             ab=self.base_server is not None,
             most=self._settings.ab_max_pairs,
-            alpha=self._settings.ab_alpha,
-            stored_alpha=self._settings.stored_alpha,
+            alpha=self._settings.call_alpha(self._settings.ab_alpha, len(self.outcomes)),
+            stored_alpha=self._settings.call_alpha(self._settings.stored_alpha, len(self.outcomes)),
             settle=self._settings.settle_for(self.server.platform),
         )
         # the test's own keys (a profile's apply to every workload, so they may name
@@ -302,8 +302,9 @@ class PerfFixture:
         if self.base_server is not None:
             candidate = self._candidate_boot or self.server
             return measure.run_ab(
-                plan, self.base_server, candidate, self._progress, self._base_note
-            )
+                plan, self.base_server, candidate, self._progress, self._base_note,
+                settings.baseline_dir,
+            )  # fmt: skip
         return measure.run_test(
             plan,
             self.server,

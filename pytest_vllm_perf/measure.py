@@ -450,11 +450,14 @@ def run_ab(
     candidate: ServerHandle | Callable[[], ServerHandle],
     progress: Progress | None = None,
     note: str = "",
+    baseline_dir: Path | None = None,
 ) -> Outcome:
     """Measure both sides pass by pass, and judge the candidate against the base.
 
     ``note`` says how the base side was chosen (``--vllm-ab-rev``: a profile the
     revision lacks is judged against ``default``); the verdict's note carries it.
+    ``baseline_dir``: the stored baselines, whose boots tell sides booted in turn how
+    far a boot drifts (``gate.ab_drift``).
 
     With two handles both servers are resident and passes alternate ABBA, only one
     side loaded at a time. With two callables (``--vllm-ab-mode=sequential``), each
@@ -512,6 +515,7 @@ def run_ab(
             gate.gated_metrics(sides["candidate"], plan.gate, ab=True),
             sequential=sequential,
             look=look,
+            root=baseline_dir,
         )
         return sides, verdict
 

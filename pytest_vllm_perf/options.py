@@ -27,7 +27,7 @@ from pytest_vllm_perf.core.workload import pass_count
 from pytest_vllm_perf.serving.models import PRESETS
 from pytest_vllm_perf.verdict.compare import STORED_ALPHA
 from pytest_vllm_perf.verdict.gate import SaveMode
-from pytest_vllm_perf.verdict.sequential import DEFAULT_ALPHA
+from pytest_vllm_perf.verdict.sequential import CALL_SHARE, DEFAULT_ALPHA
 
 __all__ = ["FLAGS", "OPTIONS", "Option", "Settings", "repeat_count"]
 
@@ -281,7 +281,7 @@ OPTIONS: Final = (
         "--vllm-ab-max-pairs",
         "vllm_ab_max_pairs",
         repeat_count,
-        "16",
+        "20",
         "A/B (resident): while a gated metric is undecided after --vllm-repeat pairs, run 4 "
         "more pairs a look, up to this many; --vllm-repeat or less: one look",
     ),
@@ -452,7 +452,7 @@ class Settings:
     ab_python: str | None = None  # the base side's interpreter (PROFILE@VENV), else this one
     ab_revision: revision.Revision | None = None  # --vllm-ab-rev: profiles at a revision
     ab_mode: ABMode = "resident"
-    ab_max_pairs: int = 16
+    ab_max_pairs: int = 20
     ab_run_alpha: float = 0.05
     ab_tests: int = 0  # the A/B tests selected (set at collection): they share ab_run_alpha
     stored_run_alpha: float = 0.05
@@ -461,15 +461,30 @@ class Settings:
     workers_per_gpu: int = 1  # pytest-xdist workers that may share one GPU
 
     @property
+    def _share(self) -> float:
+        """Each perf test's share of the run's budget: in an A/B run every perf test, A/B
+        or pinned to a profile and judged stored, shares --vllm-ab-run-alpha (a pinned
+        test once spent a second 5% of its own); otherwise --vllm-stored-run-alpha."""
+        tests = max(1, self.ab_tests + self.stored_tests)
+        return (self.ab_run_alpha if self.ab else self.stored_run_alpha) / tests
+
+    @property
     def ab_alpha(self) -> float:
         """One A/B test's false-alarm rate: 1%, or its share of the run's budget."""
-        return min(DEFAULT_ALPHA, self.ab_run_alpha / max(1, self.ab_tests))
+        return min(DEFAULT_ALPHA, self._share)
 
     @property
     def stored_alpha(self) -> float:
         """One stored-baseline test's false-alarm rate (one-sided): 2.5%, one side of the
         two-sided 5% of ``compare``, or its share of the run's budget."""
-        return min(STORED_ALPHA, self.stored_run_alpha / max(1, self.stored_tests))
+        return min(STORED_ALPHA, self._share)
+
+    @staticmethod
+    def call_alpha(test_alpha: float, earlier_calls: int) -> float:
+        """A test's budget over its ``vllm_perf.run``/``capacity`` calls: each spends
+        ``CALL_SHARE`` of what its earlier calls left, so that a test calling twice is not
+        two chances of a false alarm (each call once spent the whole)."""
+        return test_alpha * CALL_SHARE * (1 - CALL_SHARE) ** earlier_calls
 
     def settle_for(self, platform: str) -> int:
         """The settle passes on ``platform``: as given, or auto's 1 on a GPU, 0 on the CPU.

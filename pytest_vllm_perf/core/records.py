@@ -248,6 +248,9 @@ class GateStatus(StrEnum):
     OTHER_RELEASE = "other release"
     # compared and shown, not gated: the baseline was measured on another model
     OTHER_MODEL = "other model"
+    # under --vllm-require-baseline: no baseline of this hardware holds two boots, so
+    # its boot drift is the platform's figure alone (``verdict.drift``)
+    ONE_BOOT = "one boot"
     AB = "a/b"  # compared with the base side of an A/B run, not with a stored baseline
 
 
@@ -276,10 +279,15 @@ class MetricVerdict:
     p_value: float = float("nan")
     p_holm: float = float("nan")
     gated: bool = True
-    # the A/B decision's one-sided test: ``p_value`` is then the p of "no change worse
-    # than x(1 + margin)", compared (Holm-adjusted) with ``level``; NaN otherwise
+    # the decision's one-sided test: ``p_value`` is then the p of "no change worse than
+    # x(1 + margin)", compared (Holm-adjusted) with ``level``; NaN otherwise
     margin: float = float("nan")
     level: float = float("nan")
+    # the ratio's one-sided bounds at the levels the decision used (the margin's test at
+    # its Holm step, the tolerance's at its own): ``regressed`` where the bound on the
+    # worse side clears x(1 + margin), ``unchanged`` where the other stays inside
+    # x(1 + tolerance); NaN where no t test decided
+    bounds: tuple[float, float] = (float("nan"), float("nan"))
 
 
 @dataclass(frozen=True)

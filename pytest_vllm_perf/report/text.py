@@ -129,12 +129,18 @@ def describe_verdict(v: MetricVerdict) -> str:
     interval = "no interval" if math.isnan(v.low) else f"95% CI x{v.low:.3f}..x{v.high:.3f}"
     p = ""
     if not math.isnan(v.p_value) and not math.isnan(v.margin):
-        # the A/B decision: one-sided, of a change worse than the indifference margin
+        # the decision: one-sided, of a change worse than the indifference margin
         worse = f"x{1 / (1 + v.margin):.4g}" if _higher(v.metric) else f"x{1 + v.margin:.4g}"
         p = f", p={v.p_value:.3g} of no change worse than {worse}"
         if v.gated and v.p_holm != v.p_value:
             p += f" (Holm {v.p_holm:.3g})"
         p += f", level {v.level:.3g}"
+        low, high = v.bounds
+        if not math.isnan(low):
+            tol = (
+                f"x{1 / (1 + v.tolerance):.4g}" if _higher(v.metric) else f"x{1 + v.tolerance:.4g}"
+            )
+            p += f"; decided by bounds x{low:.4g}..x{high:.4g} against {worse} and {tol}"
     elif not math.isnan(v.p_value):
         p = f", p={v.p_value:.3g} beyond it"  # the p of a change beyond the tolerance
         if v.gated and v.p_holm != v.p_value:
@@ -403,6 +409,7 @@ def _verdict_json(v: MetricVerdict) -> dict[str, Any]:
     return {
         "metric": v.metric,
         **{name: report_number(getattr(v, name)) for name in numbers},
+        "bounds": [report_number(b) for b in v.bounds],
         "verdict": str(v.verdict),
         "basis": v.basis,
         "gated": v.gated,

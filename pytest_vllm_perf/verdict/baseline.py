@@ -56,6 +56,7 @@ __all__ = [
     "load",
     "load_capacity",
     "merge_boots",
+    "of_hardware",
     "path_for",
     "read_report",
     "report_passes",
@@ -132,6 +133,20 @@ def load(path: Path) -> Baseline | None:
             f"corrupt vLLM perf baseline {path}: {type(exc).__name__}: {exc}. "
             "The file was left as it is; fix or delete it, or re-save with --vllm-save-baseline."
         ) from None
+
+
+def of_hardware(root: Path, hardware_class: str) -> list[Baseline]:
+    """Every readable workload baseline of one hardware class (for the drift they share);
+    an unreadable one (or a capacity search's) is left to the test that owns it."""
+    found = []
+    for path in sorted((root / slug(hardware_class)).glob("*/*.json")):
+        try:
+            stored = load(path)
+        except BaselineError:
+            continue
+        if stored is not None:
+            found.append(stored)
+    return found
 
 
 def check_stored(root: Path, test_id: str, profile: str) -> list[str]:

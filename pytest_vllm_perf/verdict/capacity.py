@@ -31,7 +31,8 @@ Student's t on Welch-Satterthwaite's degrees of freedom. ``interleave`` alternat
 two sides' searches pass by pass. Seeded coverage of the ratio: 0.93-0.98
 (``bench/results/capacity_coverage.md``). ``regressed`` is a one-sided test at the
 test's share of the run's false-alarm budget (``alpha``): the interval's upper bound at
-1 - alpha below 1 / (1 + tolerance); at the default 2.5% that is the 95% interval's.
+1 - alpha below 1 / (1 + a quarter of the tolerance), the margin of every metric's rule;
+at the default 2.5% that is the 95% interval's.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ from typing import Final
 import numpy as np
 
 from pytest_vllm_perf.core.records import MetricVerdict, Verdict
-from pytest_vllm_perf.verdict import compare, intervals
+from pytest_vllm_perf.verdict import intervals
+from pytest_vllm_perf.verdict.decide import FUTILITY
+from pytest_vllm_perf.verdict.sequential import DEFAULT_INDIFFERENCE
 
 __all__ = [
     "METRIC",
@@ -319,13 +322,12 @@ def judge(base: Search, current: Search, tolerance: float, alpha: float = ALPHA)
     The interval is exp(log ratio +- t * se), se the two fits' delta-method standard
     errors of log capacity in quadrature, t on Welch-Satterthwaite's degrees of freedom
     (``bench/capacity_coverage.py`` checks its coverage). The verdict is every metric's
-    rule (``compare.classify``) on the p of a change beyond the tolerance from the same
-    t: ``regressed`` when the one-sided bound at 1 - ``alpha`` (the test's share of a
-    run's budget, at most 2.5%: the 95% interval's upper bound) lies below
-    1 / (1 + tolerance), so a true loss equal to the tolerance is flagged at most
-    ``alpha`` of the time, and capacity tests spend the run's budget as metric tests do;
-    ``unchanged`` when the interval lies within the tolerance. A side without a bounded
-    fit is ``inconclusive``, except
+    rule (``_decide``) from the same t: ``regressed`` when the one-sided bound at
+    1 - ``alpha`` (the test's share of a run's budget, at most 2.5%: the 95% interval's
+    upper bound) lies below 1 / (1 + a quarter of the tolerance), so a true loss equal
+    to that margin is flagged at most ``alpha`` of the time, and capacity tests spend
+    the run's budget as metric tests do. A side without a bounded fit is
+    ``inconclusive``, except
     a current side at which no pass held the SLO while the base's did: that is
     ``regressed``, not hidden."""
     b, c = base.capacity, current.capacity
@@ -349,34 +351,39 @@ def judge(base: Search, current: Search, tolerance: float, alpha: float = ALPHA)
     def standardised(theta0: float) -> float:  # log ratio against theta0, in se
         return (math.log(ratio) - theta0) / se
 
-    p = _two_sided_beyond(standardised, dof, tolerance)
+    verdict, p = _decide(standardised, dof, tolerance, alpha)
     basis = f"fits of {b.passes} and {c.passes} passes, Welch df {df:.1f}{_level(alpha)}"
     return MetricVerdict(
-        METRIC, b.rps, c.rps, ratio, low, high, tolerance,
-        _classify(ratio, low, high, p, tolerance, alpha), basis, p_value=p, p_holm=p,
-        level=alpha,
+        METRIC, b.rps, c.rps, ratio, low, high, tolerance, verdict, basis, p_value=p,
+        p_holm=p, margin=DEFAULT_INDIFFERENCE * tolerance, level=alpha,
     )  # fmt: skip
 
 
-def _two_sided_beyond(standardised: Callable[[float], float], dof: int, tolerance: float) -> float:
-    """The two-sided p of "no change beyond the tolerance" that ``compare.classify``
-    reads: twice the smaller one-sided p, of a capacity above 1 / (1 + tolerance) (a
-    loss beyond it) and of one below 1 + tolerance (a gain beyond it). ``standardised``:
-    the log ratio's distance from a log ratio, in standard errors, Student's t with
-    ``dof`` degrees of freedom under it."""
-    lost = intervals.t_sf(-standardised(-math.log1p(tolerance)), dof)
-    gained = intervals.t_sf(standardised(math.log1p(tolerance)), dof)
-    return min(1.0, 2 * min(lost, gained))
-
-
-def _classify(
-    ratio: float, low: float, high: float, p: float, tolerance: float, alpha: float
-) -> Verdict:
-    """Every metric's rule (``compare.classify``), capacity better higher: regressed when
-    the p of a loss beyond the tolerance is below the test's one-sided level. That is
-    the one-sided bound at 1 - alpha below 1 / (1 + tolerance); at the default 2.5%,
-    the 95% interval's upper bound (a level above it is held at it)."""
-    return compare.classify(ratio, low, high, p, tolerance, True, 2 * min(alpha, ALPHA))
+def _decide(
+    standardised: Callable[[float], float], dof: int, tolerance: float, alpha: float
+) -> tuple[Verdict, float]:
+    """Every metric's rule (``decide``), capacity better higher: ``regressed`` when a loss
+    beyond the margin (a quarter of the tolerance) is significant at the test's one-sided
+    level ``alpha`` (held at 2.5%, the 95% interval's own tail), ``improved`` the mirror,
+    ``unchanged`` when a loss or gain of the whole tolerance is ruled out at
+    ``decide.FUTILITY``; with the p of no loss beyond the margin. ``standardised``: the
+    log ratio's distance from a log ratio, in standard errors, Student's t with ``dof``
+    degrees of freedom under it. A capacity a third of its baseline's whose interval
+    cleared the tolerance was ``inconclusive`` under the rule of a change significantly
+    beyond the tolerance (a fake server's capacity test, 4 of 15 runs)."""
+    level = min(alpha, ALPHA)
+    margin, at_tol = math.log1p(DEFAULT_INDIFFERENCE * tolerance), math.log1p(tolerance)
+    lost = intervals.t_sf(-standardised(-margin), dof)
+    gained = intervals.t_sf(standardised(margin), dof)
+    within = max(intervals.t_sf(standardised(-at_tol), dof),
+                 intervals.t_sf(-standardised(at_tol), dof))  # fmt: skip
+    if lost < level:
+        return Verdict.REGRESSED, lost
+    if gained < level:
+        return Verdict.IMPROVED, lost
+    if within < max(level, FUTILITY):
+        return Verdict.UNCHANGED, lost
+    return Verdict.INCONCLUSIVE, lost
 
 
 def _level(alpha: float) -> str:
@@ -440,7 +447,7 @@ def _joint(
             / math.sqrt(vnn - 2 * theta0 * vnd + theta0 * theta0 * vdd)
         )
 
-    p = _two_sided_beyond(standardised, dof, tolerance)
+    verdict, p = _decide(standardised, dof, tolerance, alpha)
     basis = f"a side unresolved: joint fit of {len(rows)} passes with a common slope{_level(alpha)}"
     return MetricVerdict(
         METRIC,
@@ -450,9 +457,10 @@ def _joint(
         low,
         high,
         tolerance,
-        _classify(ratio, low, high, p, tolerance, alpha),
+        verdict,
         basis,
         p_value=p,
         p_holm=p,  # one gated metric: Holm leaves its p as it is
+        margin=DEFAULT_INDIFFERENCE * tolerance,
         level=alpha,
     )

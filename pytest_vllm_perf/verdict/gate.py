@@ -12,6 +12,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Final
 
+import numpy as np
+
 from pytest_vllm_perf.config import profiles
 from pytest_vllm_perf.core import redact
 from pytest_vllm_perf.core.records import (
@@ -23,22 +25,27 @@ from pytest_vllm_perf.core.records import (
     Verdict,
 )
 from pytest_vllm_perf.core.registry import COMPARED, SERVER_COMPARED
-from pytest_vllm_perf.verdict import baseline, compare
+from pytest_vllm_perf.verdict import baseline, compare, drift
 from pytest_vllm_perf.verdict import capacity as capacity_stats
-from pytest_vllm_perf.verdict.sequential import Design, Look
+from pytest_vllm_perf.verdict.drift import Component
+from pytest_vllm_perf.verdict.intervals import Floats
+from pytest_vllm_perf.verdict.sequential import CALL_SHARE, Design, Look
 
 __all__ = [
     "CANNOT_GATE",
     "CapacityGate",
     "SaveMode",
     "ab",
+    "ab_drift",
     "capacity",
     "capacity_ab",
     "compared_metrics",
     "evaluate",
     "gated_metrics",
+    "hardware_drift",
     "look_note",
     "precheck",
+    "stored_drift",
     "undecided",
 ]
 
@@ -94,7 +101,8 @@ def evaluate(
     """Save the measurement as the baseline, add it as a boot, or compare it with the stored one.
 
     ``level``: the comparison's two-sided level (twice the test's one-sided
-    false-alarm bound, its share of ``--vllm-stored-run-alpha``).
+    false-alarm bound, its share of ``--vllm-stored-run-alpha`` and of its test's
+    budget, ``options.CALL_SHARE``).
 
     A baseline measured with another vLLM release is compared and reported, not
     gated, unless ``gate_other_release``: a release's own regression must not be
@@ -122,22 +130,17 @@ def evaluate(
     if stored.data.get("workload_hash") != result.workload.hash:
         return GateResult(GateStatus.WORKLOAD_CHANGED, path, changes=changes, note=WORKLOAD_NOTE)
     current = current_passes(result)
-    verdicts = compare.compare(
-        stored.boots,
-        current,
-        compared_metrics(
-            gated,
-            current.metrics,
-            *(b.metrics for b in stored.boots),
-            report=result.workload.report,
-        ),
-        tolerances,
-        gated=gated,
-        pair=True,
-        alpha=level,
+    keys = compared_metrics(
+        gated, current.metrics, *(b.metrics for b in stored.boots), report=result.workload.report
     )
+    others = [b for b in baseline.of_hardware(root, hw) if b.path != path]
+    allowance = stored_drift(stored, others, gated, provenance)
+    verdicts = compare.compare(
+        stored.boots, current, keys, tolerances, gated=gated, pair=True, alpha=level,
+        drift=allowance,
+    )  # fmt: skip
     note = compare.passes_note(stored.boots, current, gated)
-    if level < compare.ALPHA * (1 - 1e-9):  # say what the run's budget left this test
+    if level < compare.ALPHA * CALL_SHARE * (1 - 1e-9):  # the run's budget bound this test
         share = f"at level {level:.3g} (two-sided), this test's share of --vllm-stored-run-alpha"
         note = f"{note}; {share}" if note else share
     env = provenance.environment
@@ -149,6 +152,48 @@ def evaluate(
     return GateResult(GateStatus.COMPARED, path, tuple(verdicts), changes, note)
 
 
+def _boot_logs(boots: Sequence[compare.Passes], key: str) -> list[Floats]:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = [np.log(b.values(key)) for b in boots]
+    return [x[np.isfinite(x)] for x in logs]
+
+
+def hardware_drift(
+    stored: Sequence[baseline.Baseline], platform: str, also: Sequence[str] = ()
+) -> Component:
+    """The boot drift of a hardware class: pooled over the gated metrics of its stored
+    baselines (``drift.boot_drift``, with the platform's prior); ``also``: keys pooled
+    from every baseline besides each one's own gated metrics."""
+    groups = []
+    for found in stored:
+        gated = tuple(dict(found.data.get("workload") or {}).get("gate") or ())
+        for key in dict.fromkeys((*gated, *also)):
+            groups.append(_boot_logs(found.boots, key))
+    return drift.boot_drift(groups, platform)
+
+
+def stored_drift(
+    stored: baseline.Baseline, others: Sequence[baseline.Baseline], gated: Sequence[str],
+    provenance: Provenance,
+) -> Component:  # fmt: skip
+    """The allowance for boot drift of one new boot against the mean of ``stored``'s
+    boots: the drift of the hardware class (``stored``, its ``others``, this test's
+    ``gated`` metrics) times (1 + 1/boots)."""
+    found = hardware_drift([stored, *others], provenance.environment.platform, gated)
+    return drift.stored(found, len(stored.boots))
+
+
+def ab_drift(root: Path | None, provenance: Provenance, sequential: bool) -> Component:
+    """What an A/B verdict allows for beyond its pairs: two resident servers' offset, or,
+    booted in turn, the boot drift of the hardware class (its stored baselines under
+    ``root`` and the platform's figure), x1.5 for CBBC's three boots."""
+    platform = provenance.environment.platform
+    if not sequential:
+        return drift.offset(platform)
+    stored = baseline.of_hardware(root, provenance.environment.hardware_class) if root else []
+    return drift.cbbc(hardware_drift(stored, platform))
+
+
 def ab(
     base: Measurement,
     candidate: Measurement,
@@ -158,24 +203,22 @@ def ab(
     gated: Sequence[str],
     sequential: bool = False,
     look: Look | None = None,
+    root: Path | None = None,
 ) -> GateResult:
     """The candidate side against the base side of one A/B run, pass k against pass k;
     ``sequential``: the sides were booted in turn (``--vllm-ab-mode``), not both up;
-    ``look``: which look of the A/B decision this is (one look of all alpha when None)."""
+    ``look``: which look of the A/B decision this is (one look of all alpha when None);
+    ``root``: the stored baselines, whose boots tell how far boots drift (CBBC)."""
     base_passes, current = current_passes(base), current_passes(candidate)
     if look is None:
         look = Design(first=len(current.metrics), most=len(current.metrics)).looks()[0]
-    verdicts = compare.compare(
-        [base_passes],
-        current,
-        compared_metrics(
-            gated, base_passes.metrics, current.metrics, report=candidate.workload.report
-        ),
-        tolerances,
-        gated=gated,
-        pair=True,
-        look=look,
+    keys = compared_metrics(
+        gated, base_passes.metrics, current.metrics, report=candidate.workload.report
     )
+    verdicts = compare.compare(
+        [base_passes], current, keys, tolerances, gated=gated, pair=True, look=look,
+        drift=ab_drift(root, candidate_provenance, sequential),
+    )  # fmt: skip
     changes = _diff(
         base_provenance.profile_settings,
         base_provenance.environment.to_dict(),
@@ -324,6 +367,10 @@ def capacity(
 
 
 WORKLOAD_NOTE = "the workload differs from the baseline's: not compared"
+ONE_BOOT_NOTE = (
+    "one boot, and no baseline of this hardware holds two: its boot drift would be the "
+    "platform's measured figure alone; add a boot (--vllm-add-boot)"
+)
 # what --vllm-require-baseline fails: a baseline that cannot gate this run
 CANNOT_GATE: Final = frozenset(
     {
@@ -332,6 +379,7 @@ CANNOT_GATE: Final = frozenset(
         GateStatus.WORKLOAD_CHANGED,
         GateStatus.OTHER_MODEL,
         GateStatus.OTHER_RELEASE,
+        GateStatus.ONE_BOOT,
     }
 )
 
@@ -356,7 +404,8 @@ def precheck(
 ) -> tuple[GateStatus, str] | None:
     """Why the stored baseline cannot gate a run, known before any server boots, or
     None: missing, other hardware, another workload, model or release (``model``
-    None: not known before the boot, e.g. a server someone else started)."""
+    None: not known before the boot, e.g. a server someone else started), or one boot
+    where no baseline of the hardware class holds two (its drift is unlearned)."""
     path = baseline.path_for(root, hardware_class, test_id, profile)
     stored = baseline.load(path)
     if stored is None:
@@ -364,7 +413,13 @@ def precheck(
     if workload_hash is not None and stored.data.get("workload_hash") != workload_hash:
         return GateStatus.WORKLOAD_CHANGED, f"{path}: {WORKLOAD_NOTE}"
     found = _reported_only(stored.environment, model, vllm_version, gate_other_release)
-    return None if found is None else (found[0], f"{path}: {found[1]}")
+    if found is not None:
+        return found[0], f"{path}: {found[1]}"
+    if len(stored.boots) < 2 and all(
+        len(b.boots) < 2 for b in baseline.of_hardware(root, hardware_class)
+    ):
+        return GateStatus.ONE_BOOT, f"{path}: {ONE_BOOT_NOTE}"
+    return None
 
 
 def _reported_only(

@@ -1,20 +1,18 @@
 """Confidence intervals and p-values for a change between two sets of passes.
 
-All work on log values, so a shift is a ratio. Three methods, by what the data allow:
+All work on log values, so a shift is a ratio. The methods, by what the data allow:
 
+- ``mean_shift``: the mean of paired differences (pass k of every run replays the
+  same seeded schedule, so the log ratio of pass k to pass k removes what the
+  schedule decides) with Student's t, and a variance component added where the passes
+  cannot show all of the noise (``drift``), on Welch-Satterthwaite degrees of freedom.
+  A pass's metric is a mean, median or percentile over hundreds of requests, close to
+  normal on the log scale, and the t test reaches a small p with few pairs, which the
+  signed-rank test it replaced cannot (its best one-sided p with 8 pairs is 1/256).
+- ``welch_shift``: the same for two unpaired groups of passes.
 - ``unpaired``: the Hodges-Lehmann shift of the current passes against the baseline
-  passes, with the exact Mann-Whitney interval and p-value. Distribution-free and
-  exact for a handful of passes, where a bootstrap understates the spread and a t
-  interval assumes normality; a pass hit by a machine hiccup counts as one pass.
-- ``paired``: pass k of every run replays the same seeded schedule, so the log
-  ratio of pass k to pass k removes what the schedule decides (which passes get
-  the long prefills). The Hodges-Lehmann estimate of those ratios, with the exact
-  Wilcoxon signed-rank interval and p-value.
-- ``mean_shift``: the mean of paired differences with Student's t. Where a pass's
-  metric is itself a mean or median over hundreds of requests it is close to normal,
-  and the t test reaches a small p with few pairs, which the signed-rank test cannot
-  (its best one-sided p with 8 pairs is 1/256): the A/B decision uses it for such
-  metrics (``sequential``).
+  passes, with the exact Mann-Whitney interval and p-value: for passes whose value is
+  infinite (a failed request's latency), which a mean cannot take.
 - ``bootstrap``: with a single pass on a side there is no spread of passes to use;
   a moving-block bootstrap over time blocks of the pass stands in, and
   understates run-to-run noise (the gate says so).
@@ -39,18 +37,15 @@ __all__ = [
     "Estimate",
     "Floats",
     "block_bootstrap",
-    "can_be_significant",
     "holm",
     "mean_shift",
-    "paired",
     "rank_sum_null",
-    "signed_rank_null",
-    "signed_rank_p",
+    "satterthwaite",
     "t_pdf",
     "t_quantile",
     "t_sf",
     "unpaired",
-    "walsh_interval",
+    "welch_shift",
 ]
 
 # float arrays of pass values and their logs, as every verdict module passes them
@@ -62,7 +57,8 @@ BOOTSTRAP: Final = 1000
 
 @dataclass(frozen=True)
 class Estimate:
-    """A log-scale shift, its 95% interval and the two-sided p-value of no shift."""
+    """A log-scale shift, its 95% interval and a two-sided p-value: of no shift, or with a
+    margin, of no shift beyond it (:func:`unpaired`, :func:`paired`)."""
 
     shift: float
     low: float
@@ -83,19 +79,6 @@ def rank_sum_null(m: int, n: int) -> tuple[int, ...]:
     for u, count in enumerate(with_last_n):
         out[u] += count
     return tuple(out)
-
-
-@functools.lru_cache(maxsize=64)
-def signed_rank_null(n: int) -> tuple[int, ...]:
-    """How many of the 2**n sign patterns give each signed-rank sum W+ = 0..n(n+1)/2."""
-    counts = [1]
-    for rank in range(1, n + 1):
-        grown = [0] * (len(counts) + rank)
-        for w, c in enumerate(counts):
-            grown[w] += c  # rank ``rank`` negative
-            grown[w + rank] += c  # positive
-        counts = grown
-    return tuple(counts)
 
 
 def _critical(counts: Sequence[int]) -> int:
@@ -120,12 +103,6 @@ def _at_most(counts: Sequence[int], stat: float) -> float:
 
 def _widen(estimate: float, low: float, high: float, p: float, margin: float) -> Estimate:
     return Estimate(estimate, low - margin, high + margin, p)
-
-
-def can_be_significant(m: int, n: int, alpha: float = 1 - CONFIDENCE) -> bool:
-    """Whether ``m`` vs ``n`` unpaired passes can ever reach a two-sided p below ``alpha``."""
-    counts = rank_sum_null(m, n)
-    return 2 * counts[0] / sum(counts) < alpha
 
 
 def unpaired(base: Floats, cur: Floats, margin: float = 0.0) -> Estimate:
@@ -154,74 +131,6 @@ def unpaired(base: Floats, cur: Floats, margin: float = 0.0) -> Estimate:
     if k == 0:
         return _widen(estimate, -math.inf, math.inf, p, margin)
     return _widen(estimate, float(diffs[k - 1]), float(diffs[len(diffs) - k]), p, margin)
-
-
-def paired(diffs: Floats, margin: float = 0.0) -> Estimate:
-    """Hodges-Lehmann shift of paired differences, exact Wilcoxon signed-rank interval and p.
-
-    The interval is the k-th smallest and largest of the n(n+1)/2 Walsh averages;
-    it assumes the differences are symmetric about their shift, not normal. Below
-    6 pairs no 95% interval is bounded. ``margin`` works as in :func:`unpaired`.
-    """
-    n = len(diffs)
-    i, j = np.triu_indices(n)
-    walsh = np.sort((diffs[i] + diffs[j]) / 2)
-    counts = signed_rank_null(n)
-    p = min(
-        1.0, 2 * min(_signed_rank_p(diffs - margin, True), _signed_rank_p(diffs + margin, False))
-    )
-    k = _critical(counts)
-    estimate = float(np.median(walsh))
-    if k == 0:
-        return _widen(estimate, -math.inf, math.inf, p, margin)
-    return _widen(estimate, float(walsh[k - 1]), float(walsh[len(walsh) - k]), p, margin)
-
-
-def walsh_interval(diffs: Floats, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """The Hodges-Lehmann estimate of paired differences and its exact signed-rank
-    interval at ``confidence`` (unbounded when too few pairs allow none)."""
-    n = len(diffs)
-    i, j = np.triu_indices(n)
-    walsh = np.sort((diffs[i] + diffs[j]) / 2)
-    counts = signed_rank_null(n)
-    allowed = (1 - confidence) / 2 * sum(counts)
-    k, cumulative = 0, 0
-    while cumulative + counts[k] <= allowed:
-        cumulative += counts[k]
-        k += 1
-    estimate = float(np.median(walsh))
-    if k == 0:
-        return estimate, -math.inf, math.inf
-    return estimate, float(walsh[k - 1]), float(walsh[len(walsh) - k])
-
-
-def signed_rank_p(diffs: Floats, upper: bool) -> float:
-    """One-sided exact p of the signed-rank test that ``diffs`` centre above 0 (``upper``)
-    or below it."""
-    return _signed_rank_p(diffs, upper)
-
-
-def _signed_rank_p(diffs: Floats, upper: bool) -> float:
-    """One-sided exact p of the signed-rank test that ``diffs`` centre above (or below) 0."""
-    nonzero = diffs[diffs != 0]
-    if not len(nonzero):
-        return 1.0
-    ranks = _ranks(np.abs(nonzero))
-    w_plus = float(np.sum(ranks[nonzero > 0]))
-    null = signed_rank_null(len(nonzero))
-    # tied ranks can make W+ a half: round it towards the larger p-value
-    return _at_least(null, math.floor(w_plus)) if upper else _at_most(null, math.ceil(w_plus))
-
-
-def _ranks(values: Floats) -> Floats:
-    """Ranks 1..n, ties averaged."""
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(len(values))
-    ranks[order] = np.arange(1, len(values) + 1)
-    for v in np.unique(values):
-        tied = values == v
-        ranks[tied] = ranks[tied].mean()
-    return ranks
 
 
 def _beta_fraction(a: float, b: float, x: float) -> float:
@@ -307,11 +216,12 @@ def t_quantile(q: float, df: float) -> float:
 
 @dataclass(frozen=True)
 class MeanShift:
-    """The mean of paired log differences with its standard error (Student's t)."""
+    """The mean of log differences with its standard error and degrees of freedom
+    (Student's t; Welch-Satterthwaite where a variance component is added)."""
 
     mean: float
     se: float
-    df: int
+    df: float
 
     def p_above(self, margin: float) -> float:
         """One-sided p of "the mean shift is at most ``margin``"."""
@@ -326,17 +236,43 @@ class MeanShift:
         return t_sf((margin - self.mean) / self.se, self.df)
 
     def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float]:
-        half = t_quantile(1 - (1 - confidence) / 2, self.df) * self.se
+        return self.bounds(1 - (1 - confidence) / 2)
+
+    def bounds(self, q: float) -> tuple[float, float]:
+        """The mean -/+ the ``q`` quantile of t times the standard error."""
+        half = t_quantile(q, self.df) * self.se if self.se else 0.0
         return self.mean - half, self.mean + half
 
 
-def mean_shift(diffs: Floats) -> MeanShift:
-    """Student's t for the mean of ``diffs`` (two or more)."""
+def satterthwaite(parts: Sequence[tuple[float, float]]) -> float:
+    """The degrees of freedom of a sum of variances, each ``(variance, its df)``."""
+    total = sum(v for v, _ in parts)
+    spread = sum(v * v / df for v, df in parts if v > 0 and math.isfinite(df))
+    return total * total / spread if spread > 0 else math.inf
+
+
+def mean_shift(diffs: Floats, extra: float = 0.0, extra_df: float = math.inf) -> MeanShift:
+    """Student's t for the mean of paired ``diffs`` (two or more), with a variance
+    component ``extra`` (known to ``extra_df`` degrees of freedom) added to the mean's."""
     n = len(diffs)
     if n < 2:
         raise ValueError("a t interval needs two or more differences")
-    sd = float(np.std(diffs, ddof=1))
-    return MeanShift(float(np.mean(diffs)), sd / math.sqrt(n), n - 1)
+    own = float(np.var(diffs, ddof=1)) / n
+    df = satterthwaite([(own, n - 1), (extra, extra_df)])
+    return MeanShift(float(np.mean(diffs)), math.sqrt(own + extra), min(df, 1e6))
+
+
+def welch_shift(
+    base: Floats, cur: Floats, extra: float = 0.0, extra_df: float = math.inf
+) -> MeanShift:
+    """Welch's t for the difference of the means of two unpaired groups of log values
+    (two or more each), with a variance component ``extra`` as in :func:`mean_shift`."""
+    if min(len(base), len(cur)) < 2:
+        raise ValueError("Welch's t needs two or more values a side")
+    vb, vc = (float(np.var(x, ddof=1)) / len(x) for x in (base, cur))
+    df = satterthwaite([(vb, len(base) - 1), (vc, len(cur) - 1), (extra, extra_df)])
+    shift = float(np.mean(cur) - np.mean(base))
+    return MeanShift(shift, math.sqrt(vb + vc + extra), min(df, 1e6))
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

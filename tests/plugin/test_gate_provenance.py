@@ -35,6 +35,11 @@ def test_require_baseline_fails_at_collection_on_a_baseline_that_cannot_gate(pro
         ["*test_perf*--vllm-require-baseline (other model):*measured on model fake-model*"]
     )
     assert "booting vLLM" not in result.stdout.str() + result.stderr.str()  # nothing booted
+    # one boot, and no baseline of this hardware of two: its drift is unlearned
+    once = run(project, fake_vllm, "--vllm-require-baseline")
+    assert once.ret == pytest.ExitCode.USAGE_ERROR
+    once.stderr.fnmatch_lines(["*--vllm-require-baseline (one boot):*--vllm-add-boot*"])
+    run(project, fake_vllm, "--vllm-add-boot").assert_outcomes(passed=1)
     # another workload: the marker's load changed since the baseline was saved. The
     # body may override the marker's load, so this is known after the run: a failure
     [test] = project.path.glob("test_require_baseline_*.py")

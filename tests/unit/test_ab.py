@@ -25,7 +25,7 @@ from pytest_vllm_perf.verdict import gate
 from pytest_vllm_perf.verdict.sequential import Design
 
 LOAD = Workload("w", (RequestClass("c", 16, 32, users=1),), gate=("tpot_mean_ms",))
-ENV = Environment("cpu", "cpu: test", "0.32.0", "2.9", "3.11")
+ENV = Environment("cuda", "1x test GPU", "0.32.0", "2.9", "3.11")
 
 
 def provenance(name: str, engine: dict) -> Provenance:

@@ -146,9 +146,11 @@ def search_of(true_rps: float, rng: np.random.Generator, sigma: float = 0.15):
 
 def test_the_ratio_of_two_searched_capacities_covers_and_catches_a_20_percent_loss():
     """A/A and a true x0.8, 300 seeded pairs of searches each: the ratio's interval holds
-    the true ratio within 3 points of 95%, no A/A pair is called regressed at 10%, and
-    nearly every x0.8 pair is. Broken on purpose: half the standard error fails it, and
-    so does a search that stops on its first narrow interval (x0.8 covered 0.913)."""
+    the true ratio within 3 points of 95%, an A/A pair is called regressed at 10% no
+    more often than the one-sided 2.5% allows (7.5 of 300 expected at the margin itself,
+    fewer at x1), and nearly every x0.8 pair is. Broken on purpose: half the standard
+    error fails it, and so does a search that stops on its first narrow interval (x0.8
+    covered 0.913)."""
     rng = np.random.default_rng(26)
     for true_ratio in (1.0, 0.8):
         held = regressed = 0
@@ -157,7 +159,7 @@ def test_the_ratio_of_two_searched_capacities_covers_and_catches_a_20_percent_lo
             held += verdict.low <= true_ratio <= verdict.high
             regressed += verdict.verdict == "regressed"
         assert abs(held / 300 - 0.95) <= 0.03, (true_ratio, held / 300)
-        assert regressed == 0 if true_ratio == 1.0 else regressed >= 290
+        assert regressed <= 7 if true_ratio == 1.0 else regressed >= 290, regressed  # 1 at x1
 
 
 def test_the_verdict_does_not_hide_a_side_without_a_fit():
@@ -228,12 +230,12 @@ def test_a_stored_search_reads_back_and_a_corrupt_one_is_named(tmp_path):
 
 def test_a_capacity_verdict_spends_its_share_of_the_run_budget():
     """Capacity verdicts were judged at 2.5% one-sided whatever a run's budget left each
-    test. At a true ratio on the tolerance's floor (x1/1.1), 2000 seeded pairs of
-    searches: about alpha of them regressed at each level (the interval's coverage is
-    0.93-0.98, hence the slack), fewer at the smaller share, and a x0.8 still nearly
-    always caught at 0.5%. The printed interval stays the 95% one."""
+    test. At a true ratio on the margin's floor (x1/1.025, a quarter of 10%), 2000
+    seeded pairs of searches: about alpha of them regressed at each level (the
+    interval's coverage is 0.93-0.98, hence the slack), fewer at the smaller share, and
+    a x0.8 still nearly always caught at 0.5%. The printed interval stays the 95% one."""
     rng = np.random.default_rng(7)
-    edge = [(search_of(10.0, rng), search_of(10.0 / 1.1, rng)) for _ in range(2000)]
+    edge = [(search_of(10.0, rng), search_of(10.0 / 1.025, rng)) for _ in range(2000)]
     flagged = {
         alpha: sum(capacity.judge(b, c, 0.1, alpha).verdict == "regressed" for b, c in edge)
         for alpha in (capacity.ALPHA, 0.005)
@@ -249,13 +251,11 @@ def test_a_capacity_verdict_spends_its_share_of_the_run_budget():
 
 
 def test_capacity_is_judged_by_every_metric_s_rule():
-    """The verdict is ``compare.classify`` on a p of a change beyond the tolerance, the
-    rule of every other metric, and that p agrees with the 95% interval: below 0.05
-    exactly when the interval lies beyond the tolerance's floor or ceiling. Over seeded
-    pairs of searches at x1, x0.9 and x0.8, and a joint fit. Broken on purpose (the
-    sign of the loss's statistic flipped), this and the budget test fail."""
-    from pytest_vllm_perf.verdict import compare
-
+    """The verdict is every metric's rule: ``regressed`` when a loss beyond the margin (a
+    quarter of the tolerance) is significant, one-sided at 2.5%, which is exactly when
+    the 95% interval's upper bound lies below 1 / 1.025 at a 10% tolerance. Over seeded
+    pairs of searches at x1, x0.9 and x0.8, and a joint fit. Broken on purpose (the sign
+    of the loss's statistic flipped), this and the budget test fail."""
     rng = np.random.default_rng(11)
     seen = set()
     for true_ratio in (1.0, 0.9, 0.8):
@@ -264,10 +264,9 @@ def test_capacity_is_judged_by_every_metric_s_rule():
             if math.isnan(v.low):
                 continue
             assert 0 <= v.p_value <= 1, v
-            rule = compare.classify(v.ratio, v.low, v.high, v.p_value, 0.1, True, 0.05)
-            assert v.verdict == rule, v
-            beyond = v.high < 1 / 1.1 or v.low > 1.1
-            assert (v.p_value < 0.05) == beyond, v
+            assert v.margin == pytest.approx(0.025)
+            assert (v.verdict == "regressed") == (v.high < 1 / 1.025), v
+            assert (v.p_value < 0.025) == (v.high < 1 / 1.025), v
             seen.add(str(v.verdict))
     assert {"regressed", "unchanged"} <= seen, seen
     rates = np.repeat([8.0, 10.0, 12.5], 3)

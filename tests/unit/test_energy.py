@@ -175,3 +175,14 @@ def test_workers_sharing_a_gpu_are_charged_their_share_of_it(monkeypatch, tmp_pa
     found = cost.record(half)
     assert (found["gpu_boot_s"], found["gpu_load_s"]) == (40.0, 15.0)
     assert "| `t.py::test_x` | p | 80 | 30 | 0.5 | 40 | 15 | - | - |" in text.markdown([half])
+
+
+def test_an_ab_results_energy_per_token_divides_both_sides_joules_by_both_sides_tokens():
+    """An A/B result's passes are both sides': 240 J and 120 output tokens a side is 480 J
+    over 240 tokens, 2000 J / 1k tokens, as one side alone is. Seen failing with the
+    candidate's tokens alone under both sides' joules (4000)."""
+    one = _outcome(120.0)
+    both = replace(one, base=one.result)
+    found = cost.record(both)
+    assert found["energy_j"] == pytest.approx(480.0)
+    assert found["energy_per_1k_tokens_j"] == pytest.approx(2000.0)

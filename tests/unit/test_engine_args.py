@@ -79,3 +79,23 @@ def test_the_memo_lives_in_the_users_cache_and_one_that_cannot_be_written_is_ski
     (tmp_path / "taken").write_text("a file where the memo's folder would go\n")
     good = _candidate(tmp_path, "good", "engine", 4)
     assert engine_args.reject_lines([good], tmp_path / "taken", print) == []
+
+
+def test_a_command_line_accepted_by_one_interpreter_is_asked_again_of_another(tmp_path):
+    """An A/B run's base side on another venv (--vllm-ab=PROFILE@VENV) runs another vLLM,
+    whose parser may reject what this one accepted: the memo is keyed by the interpreter
+    too (seen failing without it: the second check was skipped)."""
+    import dataclasses
+    import os
+
+    (tmp_path / "stub.py").write_text(STUB)
+    memo = tmp_path / "memo"
+    here = _candidate(tmp_path, "good", "engine", 4)
+    assert engine_args.reject_lines([here], memo, print) == []
+    other = tmp_path / "other-python"
+    os.symlink(sys.executable, other)
+    there = dataclasses.replace(here, spec=dataclasses.replace(here.spec, python=str(other)))
+    assert engine_args.reject_lines([there], memo, print) == []
+    assert len((tmp_path / "calls").read_text().splitlines()) == 2
+    assert engine_args.reject_lines([here, there], memo, print) == []
+    assert len((tmp_path / "calls").read_text().splitlines()) == 2  # both remembered

@@ -101,3 +101,18 @@ def test_the_gates_steps_share_one_false_alarm_budget(tmp_path, monkeypatch):
     prgate.main(["--base", "HEAD", "--profiles", "chunked", "--run-alpha", "0.1", *out, "--", mine])
     ab, given = ran[0], "--vllm-ab-run-alpha=0.05"
     assert given in ab and ab.index(mine) > ab.index(given)
+
+
+def test_the_gate_exits_with_the_first_failing_steps_status(tmp_path, monkeypatch):
+    """A pull request whose A/B step regressed and whose stored step passed must not exit
+    0: CI reads the exit status. Seen failing with the last step's status taken."""
+    for statuses, expected in (((1, 0), 1), ((0, 1), 1), ((1, 4), 1), ((0, 4), 4), ((0, 0), 0)):
+        given = iter(statuses)
+
+        def run(name: str, argv: list[str], out: Path, given=given) -> prgate.Step:
+            return prgate.Step(name, tuple(argv), next(given), 1.0, "")
+
+        monkeypatch.setattr(prgate, "_run", run)
+        monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+        args = ["--base", "HEAD", "--profiles", "chunked", "--out", str(tmp_path)]
+        assert prgate.main(args) == expected, statuses

@@ -104,6 +104,7 @@ def test_malformed_yaml_names_file(tmp_path):
         ("engine: [1, 2]\n", "engine"),
         ("thresholds: {ttft_p99_ms: fast}\n", "thresholds.ttft_p99_ms"),
         ("env: {A: [1]}\n", "env.A"),
+        ("env: {A: true}\n", "env.A"),  # YAML's true became the string "True" unnoticed
         ("engine: {MaxSeqs: 1}\n", "engine.MaxSeqs"),
         ("thresholds: {ttft_p98_ms: 1}\n", "ttft_p98_ms"),
         ("extends: 3\n", "extends"),

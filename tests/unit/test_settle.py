@@ -63,3 +63,21 @@ def test_a_server_that_dies_in_the_settle_pass_ends_the_run(fake_vllm):
     )
     assert recording.passes == ()
     assert time.monotonic() - started < 25  # not a 30 s pass
+
+
+def test_the_automatic_settle_is_one_pass_on_a_gpu_and_none_on_the_cpu():
+    """On the H200 the first pass after the boots read slower (the module's docstring);
+    a GPU run with no settle pass by default brought that bias back to pair 1 of every
+    A/B run, and nothing noticed. An explicit count wins either way."""
+    import dataclasses
+    from pathlib import Path
+
+    from pytest_vllm_perf.options import Settings
+
+    here = Path(".")
+    auto = Settings(("default",), here, None, "tiny", None, None, 60.0, here, here, None,
+                    None, None, 8)  # fmt: skip
+    assert auto.settle_for("cuda") == 1
+    assert auto.settle_for("cpu") == 0
+    assert dataclasses.replace(auto, settle_passes=0).settle_for("cuda") == 0
+    assert dataclasses.replace(auto, settle_passes=2).settle_for("cpu") == 2

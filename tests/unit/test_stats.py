@@ -103,3 +103,19 @@ def test_a_class_that_streamed_in_bursts_has_no_per_chunk_metrics_in_that_pass()
     healthy = stats.pass_metrics(load, PassRecord(steady + long, 5.0))
     assert healthy["chat.itl_p50_ms"] == pytest.approx(3)
     assert stats.bursts(load, PassRecord(steady + long, 5.0)) == {}
+
+
+def test_a_starved_stream_of_mostly_zero_gaps_and_a_few_long_ones_is_bursty():
+    """A starved API server's real stream: most chunks queued together (gaps near 0),
+    and a few long waits between the batches. 36 gaps of 0 and 4 of 30 ms have a mean
+    of 3 ms, a median of 0: the median is what tells them apart from a steady stream
+    (seen failing with the mean in its place)."""
+    from pytest_vllm_perf.core.records import PassRecord
+    from pytest_vllm_perf.core.workload import RequestClass, Workload
+
+    load = Workload("w", (RequestClass("chat", 8, 41, users=1),))
+    gaps = (0.0,) * 9 + (0.03,)
+    starved = tuple(record(itl=gaps * 4, e2el=0.2, tokens=41, expected=41) for _ in range(2))
+    assert stats.bursts(load, PassRecord(starved, 5.0)) == {"chat": 0.0}
+    metrics = stats.pass_metrics(load, PassRecord(starved, 5.0))
+    assert metrics["chat.bursty_passes"] == 1 and math.isnan(metrics["chat.itl_p50_ms"])
