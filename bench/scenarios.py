@@ -27,7 +27,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from pytest_vllm_perf.config import workloads
-from pytest_vllm_perf.core.records import Verdict
+from pytest_vllm_perf.core.records import Environment, Provenance, Verdict
 from pytest_vllm_perf.core.registry import METRICS, default_tolerances, split_key
 from pytest_vllm_perf.verdict import baseline, compare, drift, gate, sequential
 from pytest_vllm_perf.verdict.drift import Component
@@ -48,9 +48,16 @@ PAIR_SD: Final[Mapping[str, float]] = {
     "chat.itl_p50_ms": 0.0139,
 }  # fmt: skip
 PAIR_SD_INTERFERENCE_THROUGHPUT: Final = 0.0216
+
+
+def _provenance() -> Provenance:
+    env = Environment("cuda", "1x NVIDIA H200", None, None, "3.12")
+    return Provenance("default", {}, "", (), (), env)
+
+
 TOL: Final = default_tolerances("cuda", ab=True)
 PAIRS: Final = sequential.DEFAULT_MOST  # drawn ahead: a run uses as many as its looks need
-OFFSET: Final = drift.offset("cuda")
+OFFSET: Final = gate.ab_drift(None, _provenance(), sequential=False)  # as the gate allows
 Rows = list[dict[str, float]]
 USED: Counter[int] = Counter()  # the pairs each A/B decision of a scenario used
 
@@ -231,7 +238,7 @@ def _cbbc_aa(workload: str, boot_sd: float) -> Trial:
     """Boots in turn: the base's 8 passes from one boot, the candidate's first 4 from one
     and last 4 from another, each boot at its own level."""
     keys = DECODE if workload == "decode" else INTERFERENCE
-    allowance = drift.cbbc(drift.boot_drift((), "cuda"))
+    allowance = gate.ab_drift(None, _provenance(), sequential=True)
 
     def trial(rng: np.random.Generator) -> bool:
         b, c = draw(workload, keys, rng, pairs=8)
@@ -319,13 +326,6 @@ def _stored(workload: str, factor: float) -> Trial:
         return failed({v.metric: v.verdict for v in found if v.gated})
 
     return trial
-
-
-def _provenance() -> Any:
-    from pytest_vllm_perf.core.records import Environment, Provenance
-
-    env = Environment("cuda", "1x NVIDIA H200", None, None, "3.12")
-    return Provenance("default", {}, "", (), (), env)
 
 
 # (name, kind, the bound it must keep, the trial)
