@@ -64,11 +64,12 @@ def failures(result: Mapping[str, Any]) -> list[str]:
     """Why one result of a report failed: each gated metric that regressed, with its
     ratio, and each missed threshold; [] when it passed."""
     gate = result.get("baseline") or {}
-    why = [
-        f"{v['metric']} x{v['ratio']:.3g}" if isinstance(v.get("ratio"), float) else v["metric"]
-        for v in gate.get("verdicts", ())
-        if v.get("gated") and v.get("verdict") == "regressed"
+    regressed = [
+        v for v in gate.get("verdicts", ()) if v.get("gated") and v.get("verdict") == "regressed"
     ]
+    measured = [v for v in regressed if isinstance(v.get("ratio"), float)]
+    why = [f"{v['metric']} x{v['ratio']:.3g}" for v in measured]
+    why += [f"{v['metric']} (by rule)" for v in regressed if v not in measured]
     why += [f"{c['key']} (SLO)" for c in result.get("thresholds", ()) if not c.get("passed")]
     return why
 

@@ -180,7 +180,12 @@ def verdict(outcome: Outcome) -> str:
 def _failures(o: Outcome) -> list[str]:
     """Why one result failed, briefly: each regressed gated metric with its ratio, and
     ``SLO`` where a threshold was missed; [] when it passed."""
-    why = [f"{v.metric} x{v.ratio:.3g}" for v in (o.gate.regressions if o.gate else [])]
+    why = [
+        f"{v.metric} x{v.ratio:.3g}" if math.isfinite(v.ratio) else f"{v.metric} (by rule)"
+        for v in sorted(
+            o.gate.regressions if o.gate else [], key=lambda v: not math.isfinite(v.ratio)
+        )
+    ]  # a rule's NaN ratio ("xnan") once led the line where a measured regression was
     return why + ([] if o.passed else ["SLO"])
 
 

@@ -107,3 +107,23 @@ def test_the_last_line_says_pass_or_fail_what_failed_and_the_minutes():
         "t.py::test [p] SLO; 10.0 min wall, 20.0 GPU minutes (2 GPU)"
     )
     assert "**vLLM perf FAIL" in text.markdown([bad], headline=text.verdict_line([bad], 6, 0))
+
+
+def test_a_rules_regression_without_a_ratio_does_not_lead_the_line():
+    """A rule's verdict has no ratio: it printed "xnan" and led the FAIL line where a
+    measured regression (throughput x0.361) stood behind it (seen failing unsorted)."""
+    import dataclasses
+    import math
+    from pathlib import Path
+
+    from pytest_vllm_perf.core.records import GateResult, GateStatus, MetricVerdict, Verdict
+
+    rule = MetricVerdict("itl_p50_ms", 5, 5, math.nan, math.nan, math.nan, 0.3,
+                         Verdict.REGRESSED, "streamed in bursts")  # fmt: skip
+    measured = MetricVerdict("output_throughput", 100, 36.1, 0.361, 0.3, 0.4, 0.15,
+                             Verdict.REGRESSED)  # fmt: skip
+    gate = GateResult(GateStatus.COMPARED, Path("b.json"), (rule, measured))
+    bad = dataclasses.replace(_decode_outcome(0.1), gate=gate)
+    line = text.verdict_line([bad], 60, 0)
+    assert "output_throughput x0.361, itl_p50_ms (by rule)" in line, line
+    assert "xnan" not in line
