@@ -208,6 +208,10 @@ def test_a_saved_baseline_gates_a_rerun_on_the_same_server(real_server, perf_pro
     args = (f"--vllm-url={real_server.base_url}", "-p", "no:cacheprovider")
     perf_project.runpytest_subprocess(*args, "--vllm-save-baseline").assert_outcomes(passed=1)
     assert list((perf_project.path / ".vllm-perf").rglob("default.json"))
+    # a second boot (here, a second run on the same server): with one, and no other
+    # baseline of this hardware of two, --vllm-require-baseline refuses it (its drift
+    # would be the platform's figure alone)
+    perf_project.runpytest_subprocess(*args, "--vllm-add-boot").assert_outcomes(passed=1)
     again = perf_project.runpytest_subprocess(
         *args, "--vllm-require-baseline", "--vllm-json=a.json"
     )
