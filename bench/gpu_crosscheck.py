@@ -11,7 +11,8 @@
 3. **A/B where one side queues.** ``half-gpu-seqs-16`` (16 running, the rest
    waiting) against ``half-gpu``: the plugin's A/B verdict (passes alternated,
    steady shape), and vB's output throughput on each server; the two ratios
-   should agree within 5%.
+   should agree within 5%. With ``--base-python`` (another release's interpreter)
+   the base side runs that release: an upgrade's A/B, each side's vB from its own.
 
 Writes ``crosscheck.json`` and ``crosscheck.md`` to ``--out`` after each step, so a
 run stopped at the GPU time limit keeps what it finished. From the repository root,
@@ -61,6 +62,10 @@ def main() -> int:
     parser.add_argument("--ab-shape", default="steady", help="the A/B's load shape")
     parser.add_argument("--vb-repeat", type=int, default=3)
     parser.add_argument("--steps", default="length,crosscheck,ab")
+    parser.add_argument(
+        "--base-python",
+        help="the base side's interpreter (another vLLM release): the A/B is then an upgrade's",
+    )
     parser.add_argument("--cache-dir", default=".vllm-perf-cache")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -82,7 +87,7 @@ def main() -> int:
     load = crosscheck.Load(args.users, 128, 256, args.xc_duration)
     try:
         t = time.monotonic()
-        base = pool.get(profiles.load(args.base, where), slot="base")
+        base = pool.get(profiles.load(args.base, where), slot="base", python=args.base_python)
         data["boot_s"] = {args.base: round(time.monotonic() - t, 1)}
         if "length" in steps:
             lengths = [float(x) for x in args.lengths.split(",")]
@@ -126,15 +131,19 @@ def main() -> int:
             verdicts = [text.describe_verdict(v) for v in outcome.gate.verdicts]
             vb: dict[str, list[float]] = {"base": [], "candidate": []}
             prompts = args.users * 8
+            # each side's vB from its own release (``--base-python`` for the base side)
+            pythons = {"base": args.base_python or sys.executable, "candidate": sys.executable}
             for k in range(args.vb_repeat):
                 order = [("base", base), ("candidate", cand)]
                 for side, handle in order if k % 2 == 0 else order[::-1]:
-                    got = crosscheck.bench_serve(sys.executable, handle, tokenizer, load,
+                    got = crosscheck.bench_serve(pythons[side], handle, tokenizer, load,
                                                  prompts, seed=k)  # fmt: skip
                     vb[side].append(got["output_throughput"])
                     say(f"vB {side}: {got['output_throughput']:.1f} tok/s")
             vb_ratio = statistics.median(vb["candidate"]) / statistics.median(vb["base"])
             ours = next(v for v in outcome.gate.verdicts if v.metric == "output_throughput")
+            versions = [p.environment.vllm_version for p in (base.provenance, cand.provenance)]
+            data["vllm_versions"] = {"base": versions[0], "candidate": versions[1]}
             data["ab"] = {"verdicts": verdicts, "vb_output_throughput": vb,
                           "vb_ratio": vb_ratio, "ab_ratio": ours.ratio,
                           "ab_over_vb": ours.ratio / vb_ratio,
