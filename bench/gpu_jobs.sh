@@ -30,6 +30,12 @@ start)
   echo "started $name on GPU $gpus: $*"
   ;;
 wait)
+  # a fresh machine (the last one went back between two polls) has no jobs: say so at
+  # once rather than spend the whole wait on it (once cost 570 s of device time)
+  if ! compgen -G "$jobs_dir/*/log" > /dev/null; then
+    echo "no jobs under $jobs_dir: this is a fresh machine, the last one and its jobs are gone" >&2
+    exit 3
+  fi
   end=$((SECONDS + $2))
   while [ $SECONDS -lt $end ]; do
     running=0
