@@ -1,147 +1,93 @@
-"""The index from each figure's result file to the command that made it.
+"""Check the hand-kept index from each published result to the one command that made it.
 
-Every ``bench/results/...`` path the README and ``docs/`` cite is listed with the
-command the citing paragraph states for it (the first backticked command line there:
-``make``, ``bash``, ``pytest``, ``vllm-perf``, ``python`` or a ``.venv/bin/`` tool),
-the inputs that command names (profiles, workloads, examples), and the commit that
-added the file. ``--check`` exits 1 when ``bench/results/INDEX.md`` is stale or a
-cited path has no command beside it (tests/unit/test_docs.py runs it).
+``bench/results/INDEX.md`` is a table kept by hand: one row per result (a file, a folder
+of one run, or a name prefix shared by a run's files) with exactly one backticked command.
+This lists every ``bench/results/...`` path the README and ``docs/`` cite that no row
+covers, every row whose command cell is not one command (or is a CPU burner, which is a
+condition of a run and not its command), and every row whose path matches no file.
+It exits 1 if it found any; tests/unit/test_docs.py runs the same checks.
 
-    .venv/bin/python bench/results_index.py            # rewrite bench/results/INDEX.md
-    .venv/bin/python bench/results_index.py --check
+    .venv/bin/python bench/results_index.py
 """
 
 from __future__ import annotations
 
-import argparse
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 INDEX = ROOT / "bench" / "results" / "INDEX.md"
 PATH = re.compile(r"bench/results/[A-Za-z0-9_./*{},-]*[A-Za-z0-9_/*}-]")
-PREFIXES = ("make", "bash", "pytest", "vllm-perf", "python", "CI=true", ".venv/bin/", "scripts/")
-COMMAND = re.compile(
-    r"`((?:make|bash|pytest|vllm-perf|python3?|CI=true|\.venv/bin/|scripts/|bench/)[^`]*)`"
-)
-INPUT = re.compile(r"(profiles/[\w.-]+\.yaml|examples/[\w.-]+\.py|--vllm-profile=[\w,.-]+)")
+BURNER = re.compile(r"while\s+True")
 
 
 def documents() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def paragraphs(path: Path) -> list[str]:
-    return re.split(r"\n\s*\n", path.read_text(encoding="utf-8"))
-
-
-def _added(rel: str) -> str:
-    """The commit that added ``rel`` (a file, or the oldest file of a folder or glob)."""
-    spec = re.sub(r"\{[^}]*\}", "*", rel.rstrip("/"))
-    spec = f":(glob){spec}*" if "*" in spec or not (ROOT / spec).exists() else spec
-    out = subprocess.run(
-        ["git", "log", "--diff-filter=A", "--format=%h", "--", spec],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    ).stdout.split()  # fmt: skip
-    return out[-1] if out else "-"
-
-
-def commands_in(text: str) -> list[str]:
-    """Backticked command lines, and the command lines of a fenced block. A backticked
-    command wrapped over lines reads as one line (as Markdown shows it): a line break in
-    it split its table row in two."""
-    found = [
-        " ".join(c.split()) for c in COMMAND.findall(text) if not c.startswith("bench/results/")
-    ]
-    if text.lstrip().startswith("```"):
-        found += [
-            line.strip().rstrip("\\").strip()
-            for line in text.splitlines()
-            if line.strip().startswith(PREFIXES)
-        ]
+def cited() -> dict[str, list[str]]:
+    """Each cited path (braces expanded, cut at a glob's first ``*``) and where."""
+    found: dict[str, list[str]] = {}
+    for doc in documents():
+        for rel in PATH.findall(doc.read_text(encoding="utf-8")):
+            for path in _expand(rel.rstrip(".,")):
+                found.setdefault(path.split("*", 1)[0], []).append(doc.name)
     return found
 
 
-def own_command(rel: str) -> list[str]:
-    """The command a result file records in itself: a first line ``$ COMMAND``."""
-    for path in sorted(ROOT.glob(re.sub(r"\{[^}]*\}", "*", rel))):
-        if path.is_file() and path.suffix in (".txt", ".log", ".md"):
-            first = path.read_text(encoding="utf-8", errors="replace").split("\n", 1)[0]
-            if first.startswith("$ "):
-                return [first[2:].strip()]
-    return []
+def _expand(path: str) -> list[str]:
+    match = re.search(r"\{([^{}]*)\}", path)
+    if not match:
+        return [path]
+    head, tail = path[: match.start()], path[match.end() :]
+    return [p for alt in match.group(1).split(",") for p in _expand(head + alt + tail)]
 
 
-def entries() -> dict[str, dict[str, object]]:
-    found: dict[str, dict[str, object]] = {}
-    for doc in documents():
-        texts = paragraphs(doc)
-        for k, text in enumerate(texts):
-            commands = commands_in(text)
-            # "run as shown above": the nearest command within two paragraphs before,
-            # or the one after, in the same section
-            for near in (k - 1, k - 2, k + 1):
-                if commands or not 0 <= near < len(texts) or texts[near].startswith("#"):
-                    continue
-                commands = commands_in(texts[near])
-            for rel in PATH.findall(text):
-                rel = rel.rstrip(".,")
-                entry = found.setdefault(
-                    rel, {"cited": [], "commands": [], "inputs": [], "commit": _added(rel)}
-                )
-                cited = str(doc.relative_to(ROOT))
-                if cited not in entry["cited"]:  # type: ignore[operator]
-                    entry["cited"].append(cited)  # type: ignore[attr-defined]
-                for c in commands:
-                    if c not in entry["commands"]:  # type: ignore[operator]
-                        entry["commands"].append(c)  # type: ignore[attr-defined]
-                for i in INPUT.findall(text):
-                    if i not in entry["inputs"]:  # type: ignore[operator]
-                        entry["inputs"].append(i)  # type: ignore[attr-defined]
-    for rel, entry in found.items():
-        if not entry["commands"]:
-            entry["commands"] = own_command(rel)
-    return dict(sorted(found.items()))
+def rows() -> list[tuple[str, list[str]]]:
+    """(result path, the backticked commands of its command cell) per table row."""
+    out = []
+    for line in INDEX.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if line.startswith("| `bench/results/") and len(cells) >= 2:
+            out.append((cells[0].strip("`"), re.findall(r"`([^`]+)`", cells[1])))
+    return out
 
 
-def render(found: dict[str, dict[str, object]]) -> str:
-    lines = [
-        "# Index of published results",
-        "",
-        "Generated by `.venv/bin/python bench/results_index.py` from the README and `docs/`:",
-        "each result path they cite, the command the citing paragraph gives for it, the",
-        "inputs it names, and the commit that added the file. Do not edit by hand.",
-        "",
-        "| result | command | inputs | added in | cited in |",
-        "|---|---|---|---|---|",
-    ]
-    for rel, e in found.items():
-        commands = "<br>".join(f"`{c}`" for c in e["commands"]) or "**none stated**"  # type: ignore[attr-defined]
-        inputs = ", ".join(f"`{i}`" for i in e["inputs"]) or "-"  # type: ignore[attr-defined]
-        cited = ", ".join(e["cited"])  # type: ignore[arg-type]
-        lines.append(f"| `{rel}` | {commands} | {inputs} | {e['commit']} | {cited} |")
-    return "\n".join(lines) + "\n"
+def problems() -> list[str]:
+    table = rows()
+    found = []
+    for path, commands in table:
+        if len(commands) != 1:
+            found.append(f"{path}: {len(commands)} commands in its row, not one")
+        elif BURNER.search(commands[0]):
+            found.append(f"{path}: its command is a CPU burner")
+        if not list(ROOT.glob(path.rstrip("/") + "*")):
+            found.append(f"{path}: no such result")
+    for path, docs in cited().items():
+        bare = path.rstrip("/")
+        # a folder cited whole is covered by the rows of what it holds
+        folder = (ROOT / bare).is_dir()
+        if not any(_covers(r, bare) or (folder and r.startswith(bare + "/")) for r, _ in table):
+            found.append(f"{path}: cited in {', '.join(sorted(set(docs)))}, no row of the index")
+    return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if stale or uncommanded")
-    args = parser.parse_args(argv)
-    found = entries()
-    text = render(found)
-    missing = [rel for rel, e in found.items() if not e["commands"]]
-    if args.check:
-        stale = not INDEX.is_file() or INDEX.read_text(encoding="utf-8") != text
-        if stale:
-            print(f"{INDEX}: stale; rerun bench/results_index.py")
-        for rel in missing:
-            print(f"{rel}: cited with no command beside it")
-        return 1 if stale or missing else 0
-    INDEX.write_text(text, encoding="utf-8")
-    print(f"{INDEX}: {len(found)} results, {len(missing)} with no command stated")
-    return 0
+def _covers(row: str, path: str) -> bool:
+    """A row names a file, a folder, or a prefix ending in ``-`` (``acceptance-``); it
+    covers that path and what lies under it, not a sibling that merely starts alike."""
+    if path == row.rstrip("/"):
+        return True
+    rest = path[len(row) :] if path.startswith(row) else ""
+    return bool(rest) and (row.endswith(("/", "-")) or rest[0] in "./")
+
+
+def main() -> int:
+    found = problems()
+    for line in found:
+        print(f"{INDEX.relative_to(ROOT)}: {line}")
+    print(f"{len(rows())} rows, {len(cited())} cited paths, {len(found)} problems")
+    return 1 if found else 0
 
 
 if __name__ == "__main__":
