@@ -33,6 +33,9 @@ class FakeVllm:
     # so latency rises with the request rate (for the capacity search's plumbing)
     per_stream_s: float = 0.0
     _streams: int = 0
+    # the histograms time each chunk by the wait it was given, not by the clock: what
+    # the server reports is then the streams in flight alone, not the machine's pace
+    nominal_timing: bool = False
     # when each content chunk was written (perf_counter, the client's clock too): what
     # the server itself streamed, for checks that must not depend on the machine's pace
     written: list[float] = field(default_factory=list)
@@ -107,10 +110,11 @@ class FakeVllm:
             for i in range(n):
                 if stall and i == n // 2:
                     await asyncio.sleep(3600)  # a server that stops mid-stream
-                await asyncio.sleep(self.delay_s + self.per_stream_s * self._streams)
+                wait = self.delay_s + self.per_stream_s * self._streams
+                await asyncio.sleep(wait)
                 chunk = {"choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}]}
                 await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                now = time.perf_counter()
+                now = last + wait if self.nominal_timing else time.perf_counter()
                 if i == 0:
                     self.ttft_sum += now - arrived
                     self.ttft_count += 1
@@ -118,7 +122,7 @@ class FakeVllm:
                     self.itl_sum += now - last
                     self.itl_count += 1
                 last = now
-                self.written.append(now)
+                self.written.append(time.perf_counter())
         finally:
             self._streams -= 1
         usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n}

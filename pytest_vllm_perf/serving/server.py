@@ -31,6 +31,8 @@ from pytest_vllm_perf.serving.launch import PARENT_ENV, group_alive
 __all__ = ["ExternalServer", "ServerError", "ServerSpec", "VllmServer", "stop_all", "stop_servers"]
 
 LOG_TAIL_LINES = 30
+# TERM's grace for a server whose boot Ctrl-C interrupted, then KILL
+INTERRUPT_GRACE_S = 2.0
 _LIVE: set[VllmServer] = set()
 
 # The engine must not reach for a model hub or phone home; the network is not ours.
@@ -147,6 +149,12 @@ class VllmServer:
         _LIVE.add(self)
         try:
             self._wait_healthy(started, progress)
+        except KeyboardInterrupt:
+            # Ctrl-C (or TERM, turned into it): the user is waiting. A booting vLLM
+            # answered TERM only after the 20 s grace on a loaded 2-core machine (the
+            # session took 21.9 and 22.5 s to end); nothing of a boot is worth keeping
+            self.stop(grace_s=INTERRUPT_GRACE_S)
+            raise
         except BaseException:
             self.stop()
             raise

@@ -1,13 +1,13 @@
 """``capacity_rps`` judged like any metric, through the plugin, on the fake
-server with a capacity (each token waits longer per stream in flight): saved as a
-baseline, judged against it, and judged A/B. The fake server proves the plumbing and
-the verdict's wording; the statistics are tests/unit/test_capacity.py's, and the real
-engine's capacity is examples/test_capacity.py's. The SLO is on ITL p50: on p99, under
-CI's xdist load, the event loop's stalls made single passes break the SLO at random and
-an A/A search stayed unresolved (inconclusive) after 10 passes a side. Each token
-waits 5 ms plus 10 ms per stream in flight, under an SLO of 100 ms: at 2 ms and 20 ms
-the event loop's own delays on a busy machine were a large share of the SLO. What an
-A/A's verdict is, the timed fake server cannot say on a busy machine; the verdict's
+server with a capacity (each token waits 5 ms plus 10 ms per stream in flight): saved
+as a baseline, judged against it, and judged A/B. The fake server proves the plumbing
+and the verdict's wording; the statistics are tests/unit/test_capacity.py's, and the
+real engine's capacity is examples/test_capacity.py's. The SLO is on the server's own
+ITL mean (100 ms), which the fake server reports as the waits it gave
+(``nominal_timing``): the streams in flight set it, not the machine's pace. On the
+client's ITL p50 the search's margins were not monotone in the rate on a loaded
+machine (0.76 at 20 req/s, 1.56 at 19.6, 0.96 at 21.8), both searches stayed
+unresolved and a capacity loss of x3 passed as inconclusive in 4 of 15 full runs. The
 rule is tests/unit/test_capacity.py's (an A/A unchanged, a loss regressed)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 CAPACITY_TEST = """
 def test_capacity(vllm_perf):
     found = vllm_perf.capacity(
-        "capacity", slo={"itl_p50_ms": 100}, tolerance=0.5, max_passes=10, duration_s=1,
+        "capacity", slo={"server_itl_mean_ms": 100}, tolerance=0.5, max_passes=10, duration_s=1,
         warmup_requests=1, requests={"rate": 20.0, "prompt_tokens": 16, "output_tokens": 8},
     )
     print("LINE", found.line())
@@ -50,6 +50,7 @@ def test_a_saved_capacity_gates_a_slower_server_and_passes_the_same_one(project,
     purpose (the stored verdict forced to inconclusive), the last run passes and this
     fails."""
     fake_vllm.per_stream_s = 0.01
+    fake_vllm.nominal_timing = True
     refused = run(project, fake_vllm, "--vllm-require-baseline")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     assert not fake_vllm.requests
@@ -117,6 +118,7 @@ def test_ab_searches_both_sides_in_turn_and_judges_the_ratio(project, fake_vllm,
     """Both sides are the same fake server: an A/A. Both are searched, pass by pass in
     turn, and the ratio is judged without a regression."""
     fake_vllm.per_stream_s = 0.01
+    fake_vllm.nominal_timing = True
     monkeypatch.setenv("FAKE_VLLM_URL", fake_vllm.url)
     result = project.runpytest_inprocess(
         "-p", "tests.fake_sides", "--vllm-profile=default", "--vllm-ab=default",

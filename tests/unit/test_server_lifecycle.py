@@ -18,8 +18,14 @@ import pytest
 from pytest_vllm_perf.config.profiles import EngineSettings, Profile
 from pytest_vllm_perf.core.errors import ServerError
 from pytest_vllm_perf.serving import pool as pool_module
+from pytest_vllm_perf.serving import server as server_module
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
-from pytest_vllm_perf.serving.server import PORT_ATTEMPTS, ServerSpec, VllmServer
+from pytest_vllm_perf.serving.server import (
+    INTERRUPT_GRACE_S,
+    PORT_ATTEMPTS,
+    ServerSpec,
+    VllmServer,
+)
 
 STUB = Path(__file__).resolve().parents[1] / "stub_launcher.py"
 
@@ -66,6 +72,36 @@ def test_a_boot_that_never_answers_times_out_and_leaves_nothing(tmp_path, stub):
     assert "stub vLLM (never) starting" in str(err.value)  # the log's tail comes with it
     [(_, _, pid)] = stub.started()
     assert gone(pid)
+
+
+def test_ctrl_c_during_a_boot_stops_the_server_with_the_short_grace(tmp_path, stub, monkeypatch):
+    """Ctrl-C while the boot waits for ``/health``: the server is stopped with
+    ``INTERRUPT_GRACE_S`` of TERM before KILL, not the 20 s a finished test's server
+    gets (a booting vLLM on a loaded machine used all 20: the session took 22 s to
+    end), and the interrupt goes on up. Broken on purpose (the interrupt stopping it
+    like any other error), the grace read is 20 s and this fails."""
+    stub("never")
+    graces: list[float] = []
+    real = server_module.stop_servers
+
+    def spy(servers, grace_s=20.0):  # type: ignore[no-untyped-def]
+        graces.append(grace_s)
+        real(servers, grace_s)
+
+    pids: list[int] = []
+
+    def interrupted(*_args):  # type: ignore[no-untyped-def]
+        assert vllm.process is not None
+        pids.append(vllm.process.pid)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(server_module, "stop_servers", spy)
+    vllm = server(tmp_path)
+    monkeypatch.setattr(vllm, "_wait_healthy", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        vllm.start()
+    assert graces == [INTERRUPT_GRACE_S] and INTERRUPT_GRACE_S <= 3
+    assert gone(pids[0]) and vllm.process is None
 
 
 def test_a_taken_port_is_retried_once_then_fails_naming_it(tmp_path, stub):
