@@ -24,10 +24,10 @@ from pytest_vllm_perf.core.errors import VllmPerfError
 from pytest_vllm_perf.core.records import Cost, GateStatus, Outcome, Progress
 from pytest_vllm_perf.core.registry import threshold_target, tolerance_for, validate_tolerances
 from pytest_vllm_perf.core.workload import Workload, pass_count
-from pytest_vllm_perf.options import Settings
 from pytest_vllm_perf.report import text
 from pytest_vllm_perf.serving import hardware, models
 from pytest_vllm_perf.serving.pool import ServerHandle
+from pytest_vllm_perf.settings import Settings
 from pytest_vllm_perf.verdict import baseline, capacity, gate
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.thresholds import validate as validate_thresholds

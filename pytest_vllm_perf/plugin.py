@@ -1,6 +1,6 @@
 """The pytest surface of pytest-vllm-perf: options, markers, fixtures and hooks, nothing more.
 
-Options are parsed once into :class:`options.Settings`; the fixture object lives
+Options are parsed once into :class:`settings.Settings`; the fixture object lives
 in :mod:`fixture`; measuring is :mod:`measure`; reports are :mod:`report`.
 """
 
@@ -28,8 +28,9 @@ from pytest_vllm_perf.fixture import CostClock, PerfFixture, preflight, stored_b
 from pytest_vllm_perf.report import merged, plots, relay, text
 from pytest_vllm_perf.serving import hardware, server
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
+from pytest_vllm_perf.settings import Settings
 
-SETTINGS = pytest.StashKey[options.Settings]()
+SETTINGS = pytest.StashKey[Settings]()
 POOL = pytest.StashKey[ServerPool]()
 RELAY = pytest.StashKey[relay.Relay]()  # a pytest-xdist controller's relay of progress
 OUTCOMES = pytest.StashKey[list[Outcome]]()
@@ -52,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "vllm_perf(workload=NAME, thresholds={...}, tolerances={...}, profile=NAME, "
         "repeat=N, gate=[METRIC, ...], **overrides): a vLLM perf test",
     )
-    settings = options.Settings.from_config(config)
+    settings = Settings.from_config(config)
     config.stash[SETTINGS] = settings
     share = _own_devices(config, settings) if _worker(config) else 1
     config.stash[OUTCOMES] = []
@@ -206,7 +207,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _servers_wanted(
-    items: list[pytest.Item], settings: options.Settings, loaded: dict[str, Profile]
+    items: list[pytest.Item], settings: Settings, loaded: dict[str, Profile]
 ) -> list[tuple[Profile, str | None]]:
     """Every (profile, interpreter) the selected tests will boot: each one's profile
     (``loaded``: by name), and in an A/B run the base side's of those it judges."""
@@ -317,7 +318,7 @@ def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iter
     )
 
 
-def _run_record(settings: options.Settings) -> dict[str, Any]:
+def _run_record(settings: Settings) -> dict[str, Any]:
     """What a session was, for its report: its shard and the budgets it judged under."""
     return {
         "shard": None if settings.shard is None else "{}/{}".format(*settings.shard),
@@ -328,7 +329,7 @@ def _run_record(settings: options.Settings) -> dict[str, Any]:
     }
 
 
-def _own_devices(config: pytest.Config, settings: options.Settings) -> int:
+def _own_devices(config: pytest.Config, settings: Settings) -> int:
     """A pytest-xdist worker's own devices, set in its environment before any server
     boots (its servers inherit it), and how many workers share its GPU: on a GPU host
     its group of the job's GPUs, so each worker is judged under its own hardware class,

@@ -102,7 +102,7 @@ def evaluate(
 
     ``level``: the comparison's two-sided level (twice the test's one-sided
     false-alarm bound, its share of ``--vllm-stored-run-alpha`` and of its test's
-    budget, ``options.CALL_SHARE``).
+    budget, ``sequential.CALL_SHARE``).
 
     A baseline measured with another vLLM release is compared and reported, not
     gated, unless ``gate_other_release``: a release's own regression must not be

@@ -72,7 +72,7 @@ def test_the_automatic_settle_is_one_pass_on_a_gpu_and_none_on_the_cpu():
     import dataclasses
     from pathlib import Path
 
-    from pytest_vllm_perf.options import Settings
+    from pytest_vllm_perf.settings import Settings
 
     here = Path(".")
     auto = Settings(("default",), here, None, "tiny", None, None, 60.0, here, here, None,
