@@ -185,3 +185,11 @@ def test_the_results_index_check_names_each_kind_of_row_it_refuses(tmp_path, mon
     assert "rejudged-gone.txt: no such result" in found
     assert "cpu/matrix.txt: cited in results.md, no row of the index" in found
     assert "rejudged.txt: cited in" in found
+
+
+def test_every_bench_script_is_in_the_catalogue():
+    """``bench/README.md`` names every script of ``bench/`` (a new one with no row fails)."""
+    text = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    scripts = [p.name for p in (ROOT / "bench").glob("*") if p.suffix in (".py", ".sh")]
+    assert len(scripts) >= 20
+    assert [name for name in scripts if f"`{name}`" not in text] == []
