@@ -22,6 +22,7 @@ from pytest_vllm_perf.serving.models import PRESETS
 
 __all__ = [
     "FLAGS",
+    "INCONCLUSIVE_EXIT",
     "OPTIONS",
     "ROOT_RELATIVE",
     "Option",
@@ -31,6 +32,10 @@ __all__ = [
 ]
 
 Converter = Callable[[str, str], Any]
+
+# the exit status of a run with an undecided gated verdict under --vllm-inconclusive=exit:
+# pytest's own statuses are 0-5
+INCONCLUSIVE_EXIT: Final = 6
 
 
 def text(value: str, _source: str) -> str:
@@ -319,6 +324,16 @@ OPTIONS: Final = (
         "each server taking its share of the GPU's memory; the workers load it at once, "
         "so their results are filed under a hardware class of their own (1x GPU, shared "
         "by K workers) and carry no energy figure",
+    ),
+    Option(
+        "--vllm-inconclusive",
+        "vllm_inconclusive",
+        choice("pass", "exit"),
+        "pass",
+        "what a run whose tests all passed but left a gated verdict inconclusive (not "
+        "decided at the pair budget) exits with: pass, status 0 (the PASS line names "
+        f"them); exit, status {INCONCLUSIVE_EXIT}, so that a CI system or merge queue "
+        "can tell 'could not decide' from 'decided unchanged'",
     ),
 )
 FLAGS: Final = (

@@ -378,6 +378,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if _worker(config) and outcomes:
         report = text.to_json(outcomes, _run_record(config.stash[SETTINGS]))
         config.workeroutput[WORKER_OUTPUT] = json.dumps(report, default=str)  # type: ignore[attr-defined]
+    elif SETTINGS in config.stash and config.stash[SETTINGS].inconclusive == "exit":
+        undecided = [o.gate.summary() for o in outcomes if o.gate is not None] + [
+            str((r.get("baseline") or {}).get("verdict", ""))
+            for _, doc in config.stash.get(WORKER_REPORTS, [])
+            for r in doc.get("results", [])
+        ]
+        if session.exitstatus == pytest.ExitCode.OK and "inconclusive" in undecided:
+            session.exitstatus = options.INCONCLUSIVE_EXIT
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it

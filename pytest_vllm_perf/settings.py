@@ -128,6 +128,8 @@ class Settings:
     stored_tests: int = 0  # the other perf tests selected (set at collection)
     shard: tuple[int, int] | None = None  # --vllm-shard K/N; None: every test
     workers_per_gpu: int = 1  # pytest-xdist workers that may share one GPU
+    # "exit": a run that passed with an undecided gated verdict exits INCONCLUSIVE_EXIT
+    inconclusive: str = "pass"
 
     @property
     def _share(self) -> float:
@@ -223,6 +225,7 @@ class Settings:
             stored_run_alpha=values["vllm_stored_run_alpha"],
             shard=values["vllm_shard"],
             workers_per_gpu=values["vllm_workers_per_gpu"],
+            inconclusive=values["vllm_inconclusive"],
             **_ab_side(values["vllm_ab"]),
         )
         if mode is not SaveMode.COMPARE and (why := unwritable(settings.baseline_dir)):

@@ -68,6 +68,7 @@ _STATUS: Final = {
     3: "internal error",
     4: "usage error or a baseline that cannot gate",
     5: "no tests collected",
+    6: "passed, a gated verdict undecided (--vllm-inconclusive=exit)",
 }
 
 STORED_MODES: Final = {

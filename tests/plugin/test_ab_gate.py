@@ -83,6 +83,25 @@ def test_a_budget_of_the_first_look_runs_no_more_pairs(project, fake_vllm, monke
     assert re.search(r"A/B: 'p' against 'default', .*; 2 pairs: regressed when", out), out
 
 
+def test_an_undecided_run_exits_with_its_own_status_when_asked(project, fake_vllm, monkeypatch):
+    """Two pairs leave one degree of freedom: every gated verdict of an A/A is
+    inconclusive whatever the machine's pace, and the test passes. By default the run
+    exits 0; under ``--vllm-inconclusive=exit`` it exits ``INCONCLUSIVE_EXIT`` (6), so a CI
+    system can tell "could not decide" from "decided unchanged". Broken on purpose (the
+    option read but never applied), the second run exits 0 and this fails."""
+    from pytest_vllm_perf.options import INCONCLUSIVE_EXIT
+
+    args = ("--vllm-ab=default", "--vllm-ab-max-pairs=2", "--vllm-json=report.json")
+    quiet = run_ab(project, fake_vllm, monkeypatch, *args, repeat=2)
+    quiet.assert_outcomes(passed=1)
+    assert quiet.ret == pytest.ExitCode.OK
+    (found,) = json.loads((project.path / "report.json").read_text())["results"]
+    assert found["baseline"]["verdict"] == "inconclusive", found["baseline"]
+    told = run_ab(project, fake_vllm, monkeypatch, *args, "--vllm-inconclusive=exit", repeat=2)
+    told.assert_outcomes(passed=1)
+    assert told.ret == INCONCLUSIVE_EXIT == 6
+
+
 def test_the_runs_false_alarm_budget_is_split_over_its_ab_tests(project, fake_vllm, monkeypatch):
     """Each A/B test may spend min(1%, the run's budget / the A/B tests selected), its one
     vllm_perf call 0.9 of that (sequential.CALL_SHARE): one look of 2 pairs spends it
