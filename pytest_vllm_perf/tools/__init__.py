@@ -33,6 +33,9 @@ class Command:
 _WING: Final = "pytest_vllm_perf.tools"
 COMMANDS: Final[dict[str, Command]] = {
     "prgate": Command(f"{_WING}.prgate", "main", "gate a pull request: A/B against its base"),
+    "action-outputs": Command(
+        f"{_WING}.action", "main", "the GitHub Action's outputs from a prgate folder"
+    ),
     "bisect": Command(
         f"{_WING}.bisect", "main", "the first vLLM release where a workload regressed"
     ),

@@ -28,7 +28,8 @@ The summary (``OUT/summary.md``, appended to ``$GITHUB_STEP_SUMMARY`` when set) 
 each step's verdict table, exit status and wall minutes, and the GPU minutes: wall
 time times the GPUs the job may use (nvidia-smi's, as ``CUDA_VISIBLE_DEVICES`` masks
 them). ``OUT/gate.json`` holds the same figures. The exit status is the first failing
-step's pytest status (1: a test failed, 4: a baseline cannot gate), else 0.
+step's pytest status (1: a test failed, 4: a baseline cannot gate), else 6 where a
+step passed with a gated verdict undecided (``-- --vllm-inconclusive=exit``), else 0.
 """
 
 from __future__ import annotations
@@ -42,20 +43,24 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from pytest_vllm_perf.config import profiles, revision
 from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import ProfileError, VllmPerfError
+from pytest_vllm_perf.options import INCONCLUSIVE_EXIT
 from pytest_vllm_perf.serving import hardware
 from pytest_vllm_perf.tools import bisect, upgrade
 
 __all__ = [
     "STORED_MODES",
+    "Outcome",
     "Step",
     "changed_profiles",
+    "exit_status",
     "figures",
     "main",
+    "outcome",
     "summary",
     "verdict",
 ]
@@ -70,6 +75,9 @@ _STATUS: Final = {
     5: "no tests collected",
     6: "passed, a gated verdict undecided (--vllm-inconclusive=exit)",
 }
+
+# the gate's outcome, as a CI reads it (``OUT/gate.json``'s "outcome", the Action's output)
+Outcome = Literal["pass", "fail", "inconclusive"]
 
 STORED_MODES: Final = {
     "require": "--vllm-require-baseline",
@@ -137,7 +145,7 @@ def verdict(steps: Sequence[Step]) -> str:
     gated metrics that regressed (from the steps' reports), so that the last line of a
     failed gate is not pytest's "1 passed" of its last step."""
     ran = [s for s in steps if s.status is not None]
-    failed = [s for s in ran if s.status]
+    failed = [s for s in ran if s.status and s.status != INCONCLUSIVE_EXIT]
     parts = [f"{s.name} {_STATUS.get(s.status or 0, f'exit {s.status}')}" for s in ran]
     parts += [f"{s.name} skipped ({s.note})" for s in steps if s.status is None]
     regressed = [
@@ -146,7 +154,7 @@ def verdict(steps: Sequence[Step]) -> str:
         for line in s.report_md.splitlines()
         if line.rstrip().endswith(") regressed") and "::" in line
     ]
-    head = "FAIL" if failed else "PASS"
+    head = outcome(steps).upper()
     if not ran:
         parts.append("nothing ran")
     text = f"{head}: {'; '.join(parts)}"
@@ -155,6 +163,21 @@ def verdict(steps: Sequence[Step]) -> str:
         more = f" and {len(regressed) - 4} more" if len(regressed) > 4 else ""
         text += f"; regressed: {', '.join(shown)}{more}"
     return text
+
+
+def outcome(steps: Sequence[Step]) -> Outcome:
+    """``fail`` if a step failed, ``inconclusive`` if one only left a gated verdict
+    undecided (exit 6 under ``--vllm-inconclusive=exit``), else ``pass``."""
+    statuses = {s.status for s in steps if s.status}
+    if statuses - {INCONCLUSIVE_EXIT}:
+        return "fail"
+    return "inconclusive" if statuses else "pass"
+
+
+def exit_status(steps: Sequence[Step]) -> int:
+    """The first failing step's status; else 6 if a step was undecided; else 0."""
+    statuses = [s.status for s in steps if s.status]
+    return next((s for s in statuses if s != INCONCLUSIVE_EXIT), statuses[0] if statuses else 0)
 
 
 def _metric_and_ratio(line: str) -> str:
@@ -281,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(text)
     print(f"[prgate] {verdict(steps)}", flush=True)
-    return next((s.status for s in steps if s.status), 0)
+    return exit_status(steps)
 
 
 def _upgrade(
@@ -313,6 +336,7 @@ def figures(steps: Sequence[Step], gpus: int) -> dict[str, object]:
     """The summary's figures as plain data (``OUT/gate.json``)."""
     wall = sum(s.wall_s for s in steps)
     return {
+        "outcome": outcome(steps),
         "gpus": gpus,
         "wall_min": round(wall / 60, 2),
         "gpu_min": round(wall * gpus / 60, 2),

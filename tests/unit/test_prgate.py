@@ -106,7 +106,9 @@ def test_the_gates_steps_share_one_false_alarm_budget(tmp_path, monkeypatch):
 def test_the_gate_exits_with_the_first_failing_steps_status(tmp_path, monkeypatch):
     """A pull request whose A/B step regressed and whose stored step passed must not exit
     0: CI reads the exit status. Seen failing with the last step's status taken."""
-    for statuses, expected in (((1, 0), 1), ((0, 1), 1), ((1, 4), 1), ((0, 4), 4), ((0, 0), 0)):
+    cases = (((1, 0), 1), ((0, 1), 1), ((1, 4), 1), ((0, 4), 4), ((0, 0), 0), ((6, 0), 6))
+    cases += (((6, 1), 1), ((0, 6), 6), ((6, 4), 4))
+    for statuses, expected in cases:
         given = iter(statuses)
 
         def run(name: str, argv: list[str], out: Path, given=given) -> prgate.Step:
@@ -116,3 +118,19 @@ def test_the_gate_exits_with_the_first_failing_steps_status(tmp_path, monkeypatc
         monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
         args = ["--base", "HEAD", "--profiles", "chunked", "--out", str(tmp_path)]
         assert prgate.main(args) == expected, statuses
+
+
+def test_an_undecided_step_makes_the_gate_inconclusive_not_failed():
+    """A step that passed with a gated verdict undecided (exit 6 under
+    --vllm-inconclusive=exit) is neither a pass nor a failure: the gate's outcome, its
+    line and gate.json say inconclusive, and any real failure still wins. Seen failing
+    with exit 6 counted as a failure (the line read FAIL)."""
+    ok = prgate.Step("ab", ("python",), 0, 1.0, "")
+    undecided = prgate.Step("stored", ("python",), 6, 1.0, "")
+    failed = prgate.Step("upgrade", ("python",), 1, 1.0, "")
+    assert prgate.outcome([ok]) == "pass"
+    assert prgate.outcome([ok, undecided]) == "inconclusive"
+    assert prgate.outcome([undecided, failed]) == "fail"
+    line = prgate.verdict([ok, undecided])
+    assert line.startswith("INCONCLUSIVE: ab passed; stored passed, a gated verdict undecided")
+    assert prgate.figures([ok, undecided], 0)["outcome"] == "inconclusive"
