@@ -9,6 +9,7 @@ failed test with its message, in one place.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -362,10 +363,15 @@ def preflight(node: pytest.Item, settings: Settings) -> list[str]:
     field, a threshold, tolerance or gate key, a pass count or a profile that would
     otherwise fail only after a boot (47-55 s on the CPU engine, minutes on a GPU).
     """
+    where = node.nodeid.split("[")[0]
+    misspelled = _misspelled_markers(node)
+    if misspelled:
+        # a misspelled marker is otherwise only pytest's generic warning after the run,
+        # which then measured the default workload (3 minutes on the CPU engine) and passed
+        return [f"{where}: unknown marker {name!r}: did you mean 'vllm_perf'?" for name in misspelled]
     marker = marker_of(node)
     if not marker:
         return []
-    where = node.nodeid.split("[")[0]
     problems: list[str] = []
 
     def check(keyword: str, action: Callable[[], object]) -> None:
@@ -409,6 +415,13 @@ def preflight(node: pytest.Item, settings: Settings) -> list[str]:
         for name in [pinned] if isinstance(pinned, str) else list(pinned):
             check("profile", functools.partial(settings.load_profile, name))
     return problems
+
+
+def _misspelled_markers(node: pytest.Item) -> list[str]:
+    """Markers on a perf test whose names are near ``vllm_perf`` but not it
+    (``vllm_pref``, ``vllmperf``, ``vllm_perf_``)."""
+    names = {mark.name for mark in node.iter_markers()} - {"vllm_perf", "parametrize"}
+    return sorted(n for n in names if difflib.get_close_matches(n, ["vllm_perf"], cutoff=0.75))
 
 
 def stored_baselines(node: pytest.Item, settings: Settings) -> list[str]:

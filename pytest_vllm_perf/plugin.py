@@ -189,6 +189,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             seen.add(test)
             problems += preflight(item, settings)
         problems += stored_baselines(item, settings)
+    boots = any(f in getattr(i, "fixturenames", ()) for i in items for f in PERF_FIXTURES)
+    if settings.platform == "cuda" and settings.url is None and boots and not hardware.gpu_names():
+        # else the CPU engine ran labelled cuda and passed
+        problems.append(
+            "--vllm-platform=cuda: no NVIDIA GPU is visible here (nvidia-smi lists none, or "
+            "CUDA_VISIBLE_DEVICES hides them); use --vllm-platform=auto or cpu"
+        )
     if not problems and not config.option.collectonly:  # the engine's own parser, once
         # every file is known to be sound
         wanted = _servers_wanted(items, settings, loaded)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
 from pytest_vllm_perf.options import OPTIONS
@@ -84,6 +87,9 @@ def test_every_option_has_a_default_written_once_and_shown_in_help(pytester):
 
 
 BAD_MARKERS = """
+import os
+import sys
+
 import pytest
 
 @pytest.mark.vllm_perf(workload="interferense")
@@ -147,3 +153,47 @@ def test_every_bad_marker_value_is_one_usage_error_line_before_anything_boots(py
         assert any(f"::{test}: vllm_perf" in line and text in line for line in lines), (test, err)
     assert "test_good" not in err
     assert "booting" not in result.stdout.str() + err
+
+
+def test_a_misspelled_marker_is_a_usage_error_before_anything_boots(pytester):
+    """``vllm_pref`` ran the default workload for 3 minutes and passed, with only
+    pytest's generic warning after the run; a marker of another name is left alone."""
+    pytester.makepyfile(
+        """
+import os
+import sys
+
+import pytest
+
+@pytest.mark.vllm_pref(workload="decode")
+def test_typo(vllm_perf): pass
+
+@pytest.mark.slow
+def test_other(vllm_perf): pass
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.strip()]
+    assert errors == [
+        "ERROR: test_a_misspelled_marker_is_a_usage_error_before_anything_boots.py::test_typo: "
+        "unknown marker 'vllm_pref': did you mean 'vllm_perf'?"
+    ]
+
+
+def test_cuda_on_a_machine_without_a_gpu_is_a_usage_error(pytester, monkeypatch):
+    """``--vllm-platform=cuda`` with no GPU ran the CPU engine labelled cuda and
+    passed. Here nvidia-smi is hidden (PATH without it), so no GPU is visible; a run
+    with no perf test selected needs no GPU."""
+    pytester.makepyfile("def test_perf(vllm_perf): pass\n\ndef test_x(): pass\n")
+    bare = str(pytester.path / "bin")
+    (pytester.path / "bin").mkdir()
+    monkeypatch.setenv("PATH", bare + ":" + os.path.dirname(sys.executable))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--vllm-platform=cuda")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.strip()]
+    assert errors == [
+        "ERROR: --vllm-platform=cuda: no NVIDIA GPU is visible here (nvidia-smi lists none, "
+        "or CUDA_VISIBLE_DEVICES hides them); use --vllm-platform=auto or cpu"
+    ]
+    assert pytester.runpytest_subprocess("--vllm-platform=cuda", "-k", "test_x").ret == 0
