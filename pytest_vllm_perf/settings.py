@@ -7,6 +7,7 @@ at start-up (exit code 4), before anything boots.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -234,6 +235,7 @@ class Settings:
             raise pytest.UsageError(
                 f"{source}: cannot write baselines to {settings.baseline_dir}: {why}"
             )
+        _check_extras(config, settings)
         raw_dir, dir_source = _raw(config, "vllm_profiles_dir")
         named = config.getoption("vllm_profiles_dir") is not None or raw_dir != "profiles"
         if named and not settings.profiles_dir.is_dir():  # a typo is not "no profiles"
@@ -272,3 +274,20 @@ class Settings:
             return read_profile(name, self.profiles_dir)
         except ProfileError as exc:
             raise pytest.UsageError(str(exc)) from None
+
+
+def _check_extras(config: pytest.Config, settings: Settings) -> None:
+    """What would otherwise be found only after the boots and the run: plots without
+    matplotlib (reported after the run, with exit 0) and a model folder that is not
+    there (a 30-line traceback from the engine after its start). A hub id (no path
+    prefix) is the engine's to find."""
+    if settings.plots_dir is not None and importlib.util.find_spec("matplotlib") is None:
+        source = _raw(config, "vllm_plots")[1]
+        raise pytest.UsageError(f"{source}: needs matplotlib: pip install 'pytest-vllm-perf[plots]'")
+    model = settings.model
+    if model and model.startswith(("/", "./", "../", "~")):
+        folder = Path(model).expanduser()
+        if not (folder / "config.json").is_file():
+            source = _raw(config, "vllm_model")[1]
+            why = "has no config.json" if folder.is_dir() else "no such folder"
+            raise pytest.UsageError(f"{source}: {model}: {why}")

@@ -197,3 +197,27 @@ def test_cuda_on_a_machine_without_a_gpu_is_a_usage_error(pytester, monkeypatch)
         "or CUDA_VISIBLE_DEVICES hides them); use --vllm-platform=auto or cpu"
     ]
     assert pytester.runpytest_subprocess("--vllm-platform=cuda", "-k", "test_x").ret == 0
+
+
+def test_plots_without_matplotlib_and_a_missing_model_folder_are_usage_errors(
+    pytester, monkeypatch
+):
+    """Both were found only after the run (plots: reported with exit 0) or after a
+    boot (the model: a 30-line traceback from the engine). matplotlib is hidden here
+    as an interpreter without it has none (``sys.modules`` entry ``None``)."""
+    pytester.makepyfile("def test_x():\n    pass\n")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = pytester.runpytest("--vllm-plots=plots")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --vllm-plots: needs matplotlib: pip install 'pytest-vllm-perf[plots]'"]
+    )
+    monkeypatch.delitem(sys.modules, "matplotlib")
+    (pytester.path / "empty").mkdir()
+    for model, why in (("./nosuch", "no such folder"), ("./empty", "has no config.json")):
+        result = pytester.runpytest_subprocess(f"--vllm-model={model}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, model
+        errors = [line for line in result.stderr.lines if line.strip()]
+        assert errors == [f"ERROR: --vllm-model: {model}: {why}"]
+    # a hub id is the engine's to resolve
+    assert pytester.runpytest_subprocess("--vllm-model=org/name").ret == 0
