@@ -201,8 +201,19 @@ def _expect(path: Path, key: str, value: Any, kind: type) -> Any:
     return value
 
 
+# engine arguments the plugin sets on every boot: a profile's own was found only after
+# a boot, naming the wrong port
+OWNED_ARGS: Final = {
+    "port": "the plugin picks a free port for each server",
+    "host": "the plugin binds every server to 127.0.0.1",
+    "model": "the model comes from --vllm-model or the embedded preset",
+}
+
+
 def _engine_section(path: Path, key: str, values: dict[str, Any]) -> dict[str, EngineValue]:
     for arg, value in values.items():
+        if arg in OWNED_ARGS:
+            raise ProfileError(f"{path}: {key}.{arg}: not a profile's to set ({OWNED_ARGS[arg]})")
         if not isinstance(arg, str) or not arg.replace("_", "a").isalnum() or arg != arg.lower():
             raise ProfileError(f"{path}: {key}.{arg}: engine arguments are snake_case names")
         if not isinstance(value, str | int | float | bool | list | dict | type(None)):

@@ -117,6 +117,10 @@ def test_malformed_yaml_names_file(tmp_path):
         ("cpu: {MaxSeqs: 1}\n", "cpu.MaxSeqs"),
         ("cpu: {max_num_seqs: 2024-01-01}\n", "cpu.max_num_seqs"),
         ("cpu: [1]\n", "cpu: expected dict"),
+        # the plugin's own arguments: a profile's port failed after a boot, naming another
+        ("engine: {port: 9000}\n", "engine.port: not a profile's to set"),
+        ("cpu: {host: 0.0.0.0}\n", "cpu.host: not a profile's to set"),
+        ("engine: {model: x}\n", "engine.model: not a profile's to set"),
     ],
 )
 def test_wrong_types_name_the_key(tmp_path, text, key):
