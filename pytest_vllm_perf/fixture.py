@@ -368,7 +368,9 @@ def preflight(node: pytest.Item, settings: Settings) -> list[str]:
     if misspelled:
         # a misspelled marker is otherwise only pytest's generic warning after the run,
         # which then measured the default workload (3 minutes on the CPU engine) and passed
-        return [f"{where}: unknown marker {name!r}: did you mean 'vllm_perf'?" for name in misspelled]
+        return [
+            f"{where}: unknown marker {name!r}: did you mean 'vllm_perf'?" for name in misspelled
+        ]
     marker = marker_of(node)
     if not marker:
         return []

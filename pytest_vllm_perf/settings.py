@@ -283,7 +283,9 @@ def _check_extras(config: pytest.Config, settings: Settings) -> None:
     prefix) is the engine's to find."""
     if settings.plots_dir is not None and importlib.util.find_spec("matplotlib") is None:
         source = _raw(config, "vllm_plots")[1]
-        raise pytest.UsageError(f"{source}: needs matplotlib: pip install 'pytest-vllm-perf[plots]'")
+        raise pytest.UsageError(
+            f"{source}: needs matplotlib: pip install 'pytest-vllm-perf[plots]'"
+        )
     model = settings.model
     if model and model.startswith(("/", "./", "../", "~")):
         folder = Path(model).expanduser()

@@ -35,10 +35,14 @@ step passed with a gated verdict undecided (``-- --vllm-inconclusive=exit``), el
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -128,16 +132,59 @@ def _rate(value: str) -> float:
 
 
 def _run(name: str, argv: list[str], out: Path) -> Step:
+    """One pytest session, its stderr passed through and its usage errors kept (a
+    missing baseline is named in the verdict line, not only 200 lines above it). On
+    Ctrl-C or SIGTERM the session gets SIGINT (if the terminal's did not reach it) and
+    up to ``_GRACE_S`` to stop its servers and write its report; the step is then
+    marked interrupted and no further step starts."""
     report = out / f"{name}.md"
     started = time.monotonic()
     print(f"[prgate] {name}: {' '.join(argv)}", flush=True)
     # the session's own job-summary table would repeat the one this gate writes
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
-    status = subprocess.run(argv, check=False, env=env).returncode  # noqa: S603 - no shell
+    errors: list[str] = []
+    note = ""
+    with subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True) as proc:  # noqa: S603
+        relay = threading.Thread(target=_relay, args=(proc, errors), daemon=True)
+        relay.start()
+        try:
+            status = proc.wait()
+        except KeyboardInterrupt:
+            note = "interrupted"
+            status = _stop(proc)
+        relay.join(timeout=5)
     wall = time.monotonic() - started
     print(f"[prgate] {name}: exit {status} after {wall / 60:.1f} min", flush=True)
     text = report.read_text(encoding="utf-8") if report.is_file() else ""
-    return Step(name, tuple(argv), status, wall, text)
+    if not note and status == 4 and errors:
+        note = errors[0]
+    return Step(name, tuple(argv), status, wall, text, note)
+
+
+_GRACE_S: Final = 30.0  # a session stops its servers in under 5 s (bench/ctrl_c_boot.py)
+
+
+def _relay(proc: subprocess.Popen[str], errors: list[str]) -> None:
+    """Copy the session's stderr to ours, keeping its ``ERROR:`` lines."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        sys.stderr.write(line)
+        if line.startswith("ERROR: "):
+            errors.append(line.strip().removeprefix("ERROR: "))
+    sys.stderr.flush()
+
+
+def _stop(proc: subprocess.Popen[str]) -> int:
+    with contextlib.suppress(ProcessLookupError):
+        if proc.poll() is None:
+            time.sleep(0.5)  # the terminal's Ctrl-C reaches the whole process group
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(timeout=_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # its own SIGTERM handler stops its servers too
+        return proc.wait()
 
 
 def verdict(steps: Sequence[Step]) -> str:
@@ -146,7 +193,11 @@ def verdict(steps: Sequence[Step]) -> str:
     failed gate is not pytest's "1 passed" of its last step."""
     ran = [s for s in steps if s.status is not None]
     failed = [s for s in ran if s.status and s.status != INCONCLUSIVE_EXIT]
-    parts = [f"{s.name} {_STATUS.get(s.status or 0, f'exit {s.status}')}" for s in ran]
+    parts = [
+        f"{s.name} {_STATUS.get(s.status or 0, f'exit {s.status}')}"
+        + (f" ({s.note})" if s.note and s.note != "interrupted" else "")
+        for s in ran
+    ]
     parts += [f"{s.name} skipped ({s.note})" for s in steps if s.status is None]
     regressed = [
         line.strip()
@@ -154,6 +205,9 @@ def verdict(steps: Sequence[Step]) -> str:
         for line in s.report_md.splitlines()
         if line.rstrip().endswith(") regressed") and "::" in line
     ]
+    if any(s.name == "stored" and "(no baseline)" in s.note for s in ran):
+        # the first gate of a repository: nothing has saved a baseline yet
+        parts.append("no stored baseline yet: run once with --stored-mode save and commit it")
     head = outcome(steps).upper()
     if not ran:
         parts.append("nothing ran")
@@ -280,21 +334,41 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out
         return [f"--vllm-json={out / name}.json", f"--vllm-markdown={out / name}.md"]
 
-    steps = []
+    planned: list[tuple[str, Callable[[], Step]]] = []
     if changed:
         ab = [*head, f"--vllm-ab-run-alpha={share:g}", *args.pytest_args]
         ab += [f"--vllm-profile={','.join(changed)}", f"--vllm-ab-rev={args.base}"]
-        steps.append(_run("ab", [*ab, *reports("ab")], args.out))
+        planned.append(("ab", functools.partial(_run, "ab", [*ab, *reports("ab")], args.out)))
     else:
         why = "--no-ab" if args.no_ab else f"no profile changed since {args.base}"
-        steps.append(Step("ab", (), None, 0.0, "", why))
+        skipped = Step("ab", (), None, 0.0, "", why)
+        planned.append(("ab", lambda: skipped))
     if bumped:
-        steps.append(_upgrade(bumped, args, [*head, f"--vllm-ab-run-alpha={share:g}"], reports))
+        up = [*head, f"--vllm-ab-run-alpha={share:g}"]
+        planned.append(("upgrade", lambda: _upgrade(bumped, args, up, reports)))
     if args.stored:
         mode = STORED_MODES[args.stored_mode]
         stored = [*head, f"--vllm-stored-run-alpha={share:g}", *args.pytest_args]
         stored += [f"--vllm-profile={args.stored}", mode]
-        steps.append(_run("stored", [*stored, *reports("stored")], args.out))
+        planned.append(
+            ("stored", functools.partial(_run, "stored", [*stored, *reports("stored")], args.out))
+        )
+    steps: list[Step] = []
+    previous = signal.getsignal(signal.SIGTERM)
+    with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+        signal.signal(signal.SIGTERM, _interrupt)  # a CI's cancel, as Ctrl-C
+    try:
+        for name, step in planned:
+            if steps and steps[-1].note == "interrupted":
+                steps.append(Step(name, (), None, 0.0, "", "interrupted"))
+            else:
+                try:
+                    steps.append(step())
+                except KeyboardInterrupt:  # between sessions (an upgrade's install)
+                    steps.append(Step(name, (), 2, 0.0, "", "interrupted"))
+    finally:
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, previous)
     gpus = hardware.gpu_count()
     text = summary(steps, gpus, args.base)
     atomic.write_text(args.out / "summary.md", text)
@@ -305,6 +379,10 @@ def main(argv: list[str] | None = None) -> int:
             fh.write(text)
     print(f"[prgate] {verdict(steps)}", flush=True)
     return exit_status(steps)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _upgrade(
@@ -329,6 +407,8 @@ def _upgrade(
     argv = [*head, *args.pytest_args, f"--vllm-profile={args.stored or 'default'}"]
     argv += [f"--vllm-ab-rev={args.base}@{python}", *reports("upgrade")]
     found = _run("upgrade", argv, args.out)
+    if found.note:  # interrupted, or the session's usage error
+        note = "interrupted" if found.note == "interrupted" else f"{note}; {found.note}"
     return Step(found.name, found.argv, found.status, found.wall_s, found.report_md, note)
 
 

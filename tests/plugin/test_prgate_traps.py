@@ -1,0 +1,113 @@
+"""``vllm-perf prgate`` where a new user trips: the first gate in a repository with no
+stored baselines, and Ctrl-C in the middle of a step. Against the fake server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.scratch_git import git
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def prgate(project, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pytest_vllm_perf.tools.prgate",
+        ".",
+        "--base",
+        "HEAD",
+        "--out",
+        "gate-out",
+        *args,
+    ]
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def commit(project) -> None:
+    git(project.path, "init", "-q")
+    git(project.path, "add", "-A")
+    git(project.path, "commit", "-qm", "suite")
+
+
+def test_the_first_gate_without_baselines_names_the_missing_one_on_its_last_line(
+    project, fake_vllm
+):
+    """The README's flow never saved a baseline, so the stored step always failed with
+    exit 4 and a last line that only said "usage error". Seen failing with the
+    session's ERROR line not kept (the note empty)."""
+    commit(project)
+    done = subprocess.run(
+        prgate(
+            project, "--stored", "p", "--", f"--vllm-url={fake_vllm.url}", "-p", "no:cacheprovider"
+        ),
+        cwd=project.path,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 4, done.stdout + done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    head = "[prgate] FAIL: stored usage error or a baseline that cannot gate ("
+    assert last.startswith(head), last
+    assert "--vllm-require-baseline (no baseline): no baseline at" in last, last
+    assert "--stored-mode save" in last, last
+
+
+def test_ctrl_c_ends_the_gate_with_a_summary_and_no_traceback(project, fake_vllm):
+    """Ctrl-C printed a Python traceback and wrote no summary. SIGINT to prgate alone
+    (as a CI's cancel reaches only the job's process): the session is interrupted in
+    turn, the summary is written, the last line says FAIL with the step interrupted.
+    Seen failing with prgate's KeyboardInterrupt handling removed from the step (the
+    session, not signalled, ran on to its end)."""
+    commit(project)
+    args = (
+        "--stored",
+        "p",
+        "--stored-mode",
+        "save",
+        "--",
+        f"--vllm-url={fake_vllm.url}",
+        "--vllm-repeat=200",
+        "-p",
+        "no:cacheprovider",
+    )
+    with subprocess.Popen(
+        prgate(project, *args),
+        cwd=project.path,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:  # until the session is under way
+            seen.append(line)
+            if "[prgate] stored:" in line:
+                break
+        time.sleep(2)
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    log = "".join(seen) + rest
+    assert proc.returncode == 2, log
+    assert "Traceback" not in log, log
+    # the session itself was interrupted (not left to run its 200 passes to the end)
+    assert "KeyboardInterrupt" in log and " passed" not in log, log
+    assert (
+        log.strip().splitlines()[-1] == "[prgate] FAIL: stored interrupted; ab skipped "
+        "(no profile changed since HEAD)"
+    ), log
+    summary = (project.path / "gate-out" / "summary.md").read_text()
+    assert "| stored | 2 |" in summary and "interrupted" in summary
