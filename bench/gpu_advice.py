@@ -55,7 +55,7 @@ from pytest_vllm_perf.config import profiles, workloads
 from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.records import Outcome
 from pytest_vllm_perf.core.workload import Workload
-from pytest_vllm_perf.report import text
+from pytest_vllm_perf.report import document
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,7 +211,7 @@ def tokenization(args: argparse.Namespace) -> dict[str, Any]:
         "sweep": sweep,
         "ab_rate": chosen,
         "ab": ab,
-        "report": text.to_json(outcomes),
+        "report": document.to_json(outcomes),
     }
 
 
@@ -291,7 +291,7 @@ def kv_ab(args: argparse.Namespace) -> dict[str, Any]:
         )
     ]
     lines = _verdict_lines(outcome)
-    return {"rows": rows, "ab": lines, "report": text.to_json([outcome])}
+    return {"rows": rows, "ab": lines, "report": document.to_json([outcome])}
 
 
 def kv(args: argparse.Namespace, emit: Emit) -> dict[str, Any]:
@@ -316,11 +316,11 @@ def kv(args: argparse.Namespace, emit: Emit) -> dict[str, Any]:
             row.update(boot_s=round(boot_s, 1), kv_capacity_tokens=capacity)
             rows.append(row)
             print(f"[gpu-advice] {name}: {json.dumps(_brief(row))}", flush=True)
-            partial = {"rows": rows, "report": text.to_json(outcomes), "partial": True}
+            partial = {"rows": rows, "report": document.to_json(outcomes), "partial": True}
             emit(partial, kv_markdown(partial))
     finally:
         pool.stop()
-    return {"rows": rows, "report": text.to_json(outcomes)}
+    return {"rows": rows, "report": document.to_json(outcomes)}
 
 
 KV_COLUMNS = (

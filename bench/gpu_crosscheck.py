@@ -34,7 +34,7 @@ from typing import Any
 from pytest_vllm_perf import measure
 from pytest_vllm_perf.config import profiles
 from pytest_vllm_perf.core import atomic
-from pytest_vllm_perf.report import text
+from pytest_vllm_perf.report import document, text
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
 from pytest_vllm_perf.tools import crosscheck
 
@@ -147,7 +147,7 @@ def main() -> int:
             data["ab"] = {"verdicts": verdicts, "vb_output_throughput": vb,
                           "vb_ratio": vb_ratio, "ab_ratio": ours.ratio,
                           "ab_over_vb": ours.ratio / vb_ratio,
-                          "report": text.to_json([outcome])}  # fmt: skip
+                          "report": document.to_json([outcome])}  # fmt: skip
             lines += [f"## A/B: {args.candidate} against {args.base}, {args.ab_shape} shape", "",
                       "```",
                       outcome.gate.note, *verdicts, "```", "",

@@ -25,7 +25,7 @@ from pytest_vllm_perf.config.profiles import Profile
 from pytest_vllm_perf.core.errors import PlotsUnavailable, ServerError, VllmPerfError
 from pytest_vllm_perf.core.records import Outcome, Progress
 from pytest_vllm_perf.fixture import CostClock, PerfFixture, preflight, stored_baselines
-from pytest_vllm_perf.report import merged, plots, relay, text
+from pytest_vllm_perf.report import document, merged, plots, relay, sides, text
 from pytest_vllm_perf.serving import hardware, server
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
 from pytest_vllm_perf.settings import Settings
@@ -383,7 +383,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     _stop_relay(config)  # the workers' last lines, before the summary
     outcomes = config.stash.get(OUTCOMES, [])
     if _worker(config) and outcomes:
-        report = text.to_json(outcomes, _run_record(config.stash[SETTINGS]))
+        report = document.to_json(outcomes, _run_record(config.stash[SETTINGS]))
         config.workeroutput[WORKER_OUTPUT] = json.dumps(report, default=str)  # type: ignore[attr-defined]
     elif SETTINGS in config.stash and config.stash[SETTINGS].inconclusive == "exit":
         undecided = [o.gate.summary() for o in outcomes if o.gate is not None] + [
@@ -417,7 +417,7 @@ def _merged_summary(terminalreporter: Any, config: pytest.Config) -> None:
     lines, headline = merged.summary(doc, missing)
     for line in lines:
         terminalreporter.write_line(line)
-    written = text.write_report(
+    written = document.write_report(
         doc,
         merged.markdown(doc, missing, headline),
         settings.json_path,
@@ -443,7 +443,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(line)
     for line in text.cost_lines(outcomes):
         terminalreporter.write_line(line)
-    for line in text.comparison_lines(outcomes):
+    for line in sides.comparison_lines(outcomes):
         terminalreporter.write_line(line)
     pictures = []
     if settings.plots_dir:
@@ -454,7 +454,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     wall_s = time.monotonic() - config.stash[STARTED]
     cuda = any(o.provenance.environment.platform == "cuda" for o in outcomes)
     headline = text.verdict_line(outcomes, wall_s, hardware.gpu_count() if cuda else 0)
-    written = text.write_files(
+    written = document.write_files(
         outcomes,
         json_path=settings.json_path,
         markdown_path=settings.markdown_path,

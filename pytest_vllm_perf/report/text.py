@@ -1,4 +1,6 @@
-"""Human- and machine-readable views of outcomes: terminal tables, JSON, Markdown.
+"""Human-readable views of outcomes: the terminal's summary table, verdict lines
+and notes. The JSON and Markdown documents are ``report.document``'s, the
+side-by-side tables ``report.sides``'.
 
 Every column and key comes from the metric registry (``core.registry``), so a
 metric added there shows up in every view.
@@ -6,56 +8,41 @@ metric added there shows up in every view.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
-from pytest_vllm_perf.core import atomic, redact
 from pytest_vllm_perf.core.records import (
     Check,
     GateResult,
     GateStatus,
-    Measurement,
     MetricVerdict,
     Outcome,
     Verdict,
 )
-from pytest_vllm_perf.core.registry import (
-    METRICS,
-    metrics_from_report,
-    metrics_to_report,
-    report_number,
-    split_key,
-)
+from pytest_vllm_perf.core.registry import METRICS, metrics_from_report, split_key
 from pytest_vllm_perf.report import cost
-from pytest_vllm_perf.verdict import baseline, compare, stats
-from pytest_vllm_perf.verdict.gate import current_passes
+from pytest_vllm_perf.verdict import stats
 
 __all__ = [
     "COLUMNS",
-    "SIDE_BY_SIDE",
-    "Side",
-    "comparison_lines",
     "cost_lines",
+    "cost_records",
     "describe_check",
     "describe_verdict",
+    "fmt",
     "gate_notes",
-    "markdown",
+    "label",
+    "outcome_rows",
     "regression_message",
     "result_rows",
     "result_verdict",
-    "side_by_side",
     "summary_headers",
     "summary_lines",
+    "table",
     "threshold_message",
-    "to_json",
     "verdict_line",
-    "write_files",
 ]
 
 # The summary's metric columns, in order; labels and formats come from the registry.
@@ -71,19 +58,10 @@ COLUMNS: Final = (
     "output_throughput",
     "preemptions",
 )
-SIDE_BY_SIDE: Final = (
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "itl_p50_ms",
-    "itl_p99_ms",
-    "itl_max_ms",
-    "tpot_mean_ms",
-    "output_throughput",
-)
 _HEADER: Final = {"completed": "n", "itl_max_ms": "ITL max", "preemptions": "preempt"}
 
 
-def _label(key: str, names: Mapping[str, str] = _HEADER) -> str:
+def label(key: str, names: Mapping[str, str] = _HEADER) -> str:
     return names.get(key, METRICS[split_key(key)[1]].label)
 
 
@@ -215,7 +193,7 @@ def _row(
     return [f"`{test}`" if markdown else test, profile, *cells, slo, said]
 
 
-def _rows(outcomes: Sequence[Outcome], markdown: bool = False) -> list[list[str]]:
+def outcome_rows(outcomes: Sequence[Outcome], markdown: bool = False) -> list[list[str]]:
     return [
         _row(o.test_id, o.profile, o.result.metrics, o.passed, verdict(o), markdown)
         for o in outcomes
@@ -245,20 +223,20 @@ def result_verdict(result: Mapping[str, Any]) -> str:
 
 def summary_headers() -> list[str]:
     """The summary table's columns (``COLUMNS`` between the test and its verdicts)."""
-    return ["test", "profile", *(_label(k) for k in COLUMNS), "SLO", "verdict"]
+    return ["test", "profile", *(label(k) for k in COLUMNS), "SLO", "verdict"]
 
 
 def summary_lines(outcomes: Sequence[Outcome]) -> list[str]:
     """One row per test and profile: the figures a perf reviewer looks at first."""
-    return table(summary_headers(), _rows(outcomes))
+    return table(summary_headers(), outcome_rows(outcomes))
 
 
 def cost_lines(outcomes: Sequence[Outcome]) -> list[str]:
     """What each test cost (``report.cost``): boots, load, GPU-seconds and energy."""
-    return cost.lines(_costs(outcomes))
+    return cost.lines(cost_records(outcomes))
 
 
-def _costs(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
+def cost_records(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
     """Each result's cost as its JSON report has it, which ``report.cost`` tables."""
     return [{"test": o.test_id, "profile": o.profile, "cost": cost.record(o)} for o in outcomes]
 
@@ -331,210 +309,3 @@ def gate_notes(outcomes: Sequence[Outcome]) -> list[str]:
             if v.gated or v.verdict is not Verdict.UNCHANGED:
                 lines.append(f"  {where} {describe_verdict(v)}")
     return lines
-
-
-@dataclass(frozen=True)
-class Side:
-    """One profile's run of one test: what a side-by-side table compares."""
-
-    test_id: str
-    profile: str
-    boots: tuple[compare.Passes, ...]
-    metrics: Mapping[str, float]
-
-    @classmethod
-    def of(cls, o: Outcome) -> Side:
-        return cls(o.test_id, o.profile, (current_passes(o.result),), o.result.metrics)
-
-
-def comparison_lines(outcomes: Sequence[Outcome]) -> list[str]:
-    """Side-by-side tables for the tests this session ran under several profiles."""
-    return side_by_side([Side.of(o) for o in outcomes])
-
-
-def side_by_side(sides: Sequence[Side]) -> list[str]:
-    """Per test run under several profiles, a table of each profile against the first.
-
-    ``~`` marks a ratio whose 95% interval (verdict.compare) contains 1, i.e. noise.
-    The worst stall (ITL max) is a single maximum per pass and carries an interval
-    over passes like the rest.
-    """
-    by_test: dict[str, list[Side]] = {}
-    for side in sides:
-        by_test.setdefault(side.test_id, []).append(side)
-    lines: list[str] = []
-    for test_id, group in by_test.items():
-        if len({s.profile for s in group}) < 2:
-            continue
-        ref = group[0]
-        lines += ["", f"{test_id}: ratios to {ref.profile} (~ = within noise)"]
-        rows = [[ref.profile, *(fmt(ref.metrics.get(k), "{:.1f}") for k in SIDE_BY_SIDE)]]
-        for other in group[1:]:
-            verdicts = {
-                v.metric: v
-                for v in compare.compare(
-                    ref.boots, _merged(other.boots), SIDE_BY_SIDE, _no_tolerance(), pair=True
-                )
-            }
-            rows.append([other.profile, *(_ratio(ref, other, k, verdicts) for k in SIDE_BY_SIDE)])
-        labels = [_label(k, {"itl_max_ms": "worst stall"}) for k in SIDE_BY_SIDE]
-        lines += table(["profile", *labels], rows)
-    return lines
-
-
-def _no_tolerance() -> dict[str, float]:
-    return dict.fromkeys(SIDE_BY_SIDE, 0.0)
-
-
-def _merged(boots: Sequence[compare.Passes]) -> compare.Passes:
-    """All boots of a side as one set of passes (a table compares, it does not gate)."""
-    return compare.Passes(
-        metrics=tuple(m for b in boots for m in b.metrics),
-        indices=tuple(i for b in boots for i in b.indices),
-        durations=tuple(d for b in boots for d in b.durations),
-        records=tuple(r for b in boots for r in b.records),
-    )
-
-
-def _ratio(ref: Side, other: Side, key: str, verdicts: Mapping[str, MetricVerdict]) -> str:
-    a, b = ref.metrics.get(key), other.metrics.get(key)
-    value = fmt(b, "{:.1f}")
-    if not a or b is None or math.isnan(a) or math.isnan(b):
-        return value
-    v = verdicts.get(key)
-    noise = "~" if v is None or math.isnan(v.low) or v.low <= 1 <= v.high else ""
-    return f"{value} (x{b / a:.2f}{noise})"
-
-
-def _verdict_json(v: MetricVerdict) -> dict[str, Any]:
-    numbers = (
-        "baseline", "current", "ratio", "low", "high", "tolerance", "p_value", "p_holm",
-        "margin", "level",
-    )  # fmt: skip
-    return {
-        "metric": v.metric,
-        **{name: report_number(getattr(v, name)) for name in numbers},
-        "bounds": [report_number(b) for b in v.bounds],
-        "verdict": str(v.verdict),
-        "basis": v.basis,
-        "gated": v.gated,
-    }
-
-
-def _passes_json(result: Measurement) -> list[dict[str, Any]]:
-    return [
-        {
-            "index": p.index,
-            "duration_s": p.duration_s,  # the throughput window's length
-            "window_s": [round(x, 6) for x in p.window],  # in the run's time base
-            "ramp_s": p.ramp_s,
-            "drain_s": round(p.drain_s, 6),
-            "elapsed_s": round(p.counted_s, 6),
-            "overloaded": p.overloaded,
-            "client_lag_p99_ms": report_number(round(p.client_lag_p99_ms, 3)),
-            "started_unix": report_number(round(p.started_unix, 3)),
-            "metrics": metrics_to_report(m),
-        }
-        for p, m in zip(result.passes, result.pass_metrics, strict=True)
-    ]
-
-
-def to_json(outcomes: Sequence[Outcome], run: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``--vllm-json`` report: every result; ``run``: what the session was (its
-    shard and the run budgets its tests were judged under), which ``vllm-perf merge``
-    checks across shards."""
-    results = []
-    for o in outcomes:
-        g, prov = o.gate, o.provenance
-        results.append(
-            {
-                "test": o.test_id,
-                "profile": o.profile,
-                "profile_settings": dict(prov.profile_settings),
-                "profile_hash": prov.profile_hash,
-                "engine_argv": list(prov.engine_argv),
-                "engine_notes": list(prov.engine_notes),
-                "environment": prov.environment.to_dict(),
-                "workload": o.result.workload.to_dict(),
-                "duration": round(o.result.duration_s, 3),
-                "metrics": metrics_to_report(o.result.metrics),
-                "distribution": baseline.distribution(o.result),
-                "passes": _passes_json(o.result),
-                **({"base_passes": _passes_json(o.base)} if o.base is not None else {}),
-                **({"capacity": dict(o.search)} if o.search is not None else {}),
-                "cost": cost.record(o),
-                "thresholds": [
-                    {"key": c.key, "limit": c.limit, "measured": c.measured, "passed": c.passed}
-                    for c in o.checks
-                ],
-                "baseline": None
-                if g is None
-                else {
-                    "status": str(g.status),
-                    "path": str(g.path),
-                    "verdict": g.summary(),
-                    "changes": list(g.changes),
-                    "note": g.note,
-                    "verdicts": [_verdict_json(v) for v in g.verdicts],
-                },
-            }
-        )
-    return redact.mapping({"results": results, **({"run": dict(run)} if run else {})})
-
-
-def markdown(
-    outcomes: Sequence[Outcome],
-    plots: Sequence[Path] = (),
-    base: Path | None = None,
-    headline: str = "",
-) -> str:
-    headers = summary_headers()
-    lines = ["## vLLM perf", ""] + ([f"**{headline}**", ""] if headline else [])
-    lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(row) + " |" for row in _rows(outcomes, markdown=True)]
-    notes = gate_notes(outcomes) + comparison_lines(outcomes)
-    if notes:
-        lines += ["", "```", *notes, "```"]
-    lines += cost.markdown(_costs(outcomes))
-    for plot in plots:
-        target = os.path.relpath(plot, base) if base else str(plot)
-        lines += ["", f"![{plot.stem}]({target})"]
-    return "\n".join(lines) + "\n"
-
-
-def write_files(
-    outcomes: Sequence[Outcome],
-    json_path: Path | None,
-    markdown_path: Path | None,
-    step_summary: str | None,
-    plots: Sequence[Path] = (),
-    headline: str = "",
-    run: Mapping[str, Any] | None = None,
-) -> list[Path]:
-    """Write the requested reports; the Markdown also goes to the GitHub job summary."""
-    base = markdown_path.resolve().parent if markdown_path else None
-    text = markdown(outcomes, [p.resolve() for p in plots], base, headline)
-    report = to_json(outcomes, run) if json_path else None
-    return write_report(report, text, json_path, markdown_path, step_summary)
-
-
-def write_report(
-    report: Mapping[str, Any] | None,
-    markdown_text: str,
-    json_path: Path | None,
-    markdown_path: Path | None,
-    step_summary: str | None,
-) -> list[Path]:
-    """A report's JSON and Markdown, each written atomically where asked, the Markdown
-    also appended to the GitHub job summary: one session's, or a merge of several."""
-    written = []
-    if json_path and report is not None:
-        atomic.write_text(json_path, json.dumps(report, indent=1, sort_keys=True, default=str))
-        written.append(json_path)
-    if markdown_path:
-        atomic.write_text(markdown_path, markdown_text)
-        written.append(markdown_path)
-    if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as handle:
-            handle.write(markdown_text)
-    return written

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_vllm_perf.core.errors import BaselineError
-from pytest_vllm_perf.report import text
+from pytest_vllm_perf.report import document
 from pytest_vllm_perf.report.merged import failures, markdown, merge, summary
 from pytest_vllm_perf.verdict import baseline
 
@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     lines, headline = summary(doc, missing)
-    text.write_report(doc, markdown(doc, missing, headline), args.json, args.markdown, None)
+    document.write_report(doc, markdown(doc, missing, headline), args.json, args.markdown, None)
     print("\n".join([*lines, headline]))
     return 1 if headline.startswith("vLLM perf FAIL") else 0
 

@@ -25,13 +25,14 @@ from typing import Any
 
 from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import BaselineError
-from pytest_vllm_perf.report import benchjson, text
+from pytest_vllm_perf.report import benchjson
+from pytest_vllm_perf.report.sides import Side, side_by_side
 from pytest_vllm_perf.verdict import baseline
 
 __all__ = ["benchmark_json", "promote", "promote_main", "sides", "table"]
 
 
-def sides(store: Path, hardware: str | None, profiles: list[str]) -> list[text.Side]:
+def sides(store: Path, hardware: str | None, profiles: list[str]) -> list[Side]:
     """Every stored baseline of one hardware class, ordered by test, then ``profiles``."""
     order = {name: i for i, name in enumerate(profiles)}
     found = []
@@ -43,7 +44,7 @@ def sides(store: Path, hardware: str | None, profiles: list[str]) -> list[text.S
             continue
         found.append(stored)
     found.sort(key=lambda b: (b.test, order.get(b.profile, len(order))))
-    return [text.Side(b.test, b.profile, b.boots, b.metrics) for b in found]
+    return [Side(b.test, b.profile, b.boots, b.metrics) for b in found]
 
 
 def promote(reports: Sequence[Path], store: Path, add: bool = False) -> list[str]:
@@ -85,7 +86,7 @@ def table(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     names = [p for p in args.profiles.split(",") if p]
     try:
-        lines = text.side_by_side(sides(args.store, args.hardware, names))
+        lines = side_by_side(sides(args.store, args.hardware, names))
     except BaselineError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -320,7 +320,7 @@ def report_series(result: Mapping[str, Any]) -> dict[str, list[float]]:
 
 
 def read_report(path: Path) -> dict[str, Any]:
-    """A ``--vllm-json`` report as written (``report.text``); BaselineError naming the
+    """A ``--vllm-json`` report as written (``report.document``); BaselineError naming the
     file when it is not one. The one reader of the report for promote, history and
     benchmark-json."""
     try:

@@ -23,7 +23,7 @@ from pytest_vllm_perf.core.records import (
 )
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.load import runner
-from pytest_vllm_perf.report import cost, text
+from pytest_vllm_perf.report import cost, document, text
 from pytest_vllm_perf.serving import energy
 from pytest_vllm_perf.verdict import stats
 
@@ -142,10 +142,10 @@ def test_every_report_shows_what_each_test_cost_and_why_energy_is_missing():
     lines = text.cost_lines([measured])
     assert lines[0] == "what each test cost:" and "J / 1k out tok" in lines[1]
     assert "2000.0" in lines[2] and "240" in lines[2]
-    assert "| `t.py::test_x` | p | 80 | 30 | 1 | 80 | 30 | 240 | 2000.0 |" in text.markdown(
+    assert "| `t.py::test_x` | p | 80 | 30 | 1 | 80 | 30 | 240 | 2000.0 |" in document.markdown(
         [measured]
     )
-    doc = text.to_json([measured])["results"][0]
+    doc = document.to_json([measured])["results"][0]
     assert doc["cost"]["energy_per_1k_tokens_j"] == pytest.approx(2000.0)
     assert doc["metrics"]["energy_per_1k_tokens_j"] == pytest.approx(2000.0)
 
@@ -174,7 +174,7 @@ def test_workers_sharing_a_gpu_are_charged_their_share_of_it(monkeypatch, tmp_pa
     half = replace(_outcome(None), cost=Cost(boot_s=80.0, load_s=30.0, gpus=shared.gpus_held()))
     found = cost.record(half)
     assert (found["gpu_boot_s"], found["gpu_load_s"]) == (40.0, 15.0)
-    assert "| `t.py::test_x` | p | 80 | 30 | 0.5 | 40 | 15 | - | - |" in text.markdown([half])
+    assert "| `t.py::test_x` | p | 80 | 30 | 0.5 | 40 | 15 | - | - |" in document.markdown([half])
 
 
 def test_an_ab_results_energy_per_token_divides_both_sides_joules_by_both_sides_tokens():

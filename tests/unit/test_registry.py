@@ -9,7 +9,7 @@ import pytest
 
 from pytest_vllm_perf.core import registry
 from pytest_vllm_perf.core.errors import ThresholdError
-from pytest_vllm_perf.report import text
+from pytest_vllm_perf.report import sides, text
 
 
 def test_every_metric_carries_its_unit_and_bench_serve_key():
@@ -44,7 +44,7 @@ def test_reports_read_the_registry():
         {"ttft_p50_ms": 1.0, "chat.itl_p99_ms": 2.0, "completed": 3.0}
     )
     assert keys == {"median_ttft_ms": 1.0, "chat.p99_itl_ms": 2.0, "completed": 3.0}
-    for key in (*text.COLUMNS, *text.SIDE_BY_SIDE, *registry.COMPARED):
+    for key in (*text.COLUMNS, *sides.SIDE_BY_SIDE, *registry.COMPARED):
         assert key in registry.METRICS
 
 

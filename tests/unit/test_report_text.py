@@ -5,7 +5,7 @@ from __future__ import annotations
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.records import Environment, Outcome, PassRecord, Provenance
 from pytest_vllm_perf.measure import assemble
-from pytest_vllm_perf.report import text
+from pytest_vllm_perf.report import document, text
 from tests.unit.test_verdict_holes import req
 
 ENV = Environment("cpu", "cpu: test", "0.32.0", "2.9", "3.11")
@@ -106,7 +106,7 @@ def test_the_last_line_says_pass_or_fail_what_failed_and_the_minutes():
         "vLLM perf FAIL: 2 of 3 results: t.py::test [p] output_throughput x0.338; "
         "t.py::test [p] SLO; 10.0 min wall, 20.0 GPU minutes (2 GPU)"
     )
-    assert "**vLLM perf FAIL" in text.markdown([bad], headline=text.verdict_line([bad], 6, 0))
+    assert "**vLLM perf FAIL" in document.markdown([bad], headline=text.verdict_line([bad], 6, 0))
 
 
 def test_a_rules_regression_without_a_ratio_does_not_lead_the_line():
