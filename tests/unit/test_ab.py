@@ -308,7 +308,7 @@ def test_looks_go_on_after_a_regression_and_the_regression_stays(monkeypatch):
         ttft = scatter[2 * k + cand]
         return assemble(workload, [one_pass(k, tpot, ttft)], ())
 
-    monkeypatch.setattr(measure_module, "measure", fake_measure)
+    monkeypatch.setattr(measure_module.ab, "measure", fake_measure)  # what run_ab calls
     plan = measure_module.Plan.resolve("t", TWO, 8, "cpu", ab=True, most=16)
     base = FakeHandle("base", provenance("base", {}))
     cand = FakeHandle("cand", provenance("cand", {}))
