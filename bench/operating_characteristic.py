@@ -52,7 +52,7 @@ from pytest_vllm_perf.core.registry import (
     from_bench_serve_key,
     tolerance_for,
 )
-from pytest_vllm_perf.verdict import baseline, compare, drift, sequential
+from pytest_vllm_perf.verdict import compare, drift, reports, sequential
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -157,7 +157,7 @@ def _real_pairs(sources: Sequence[tuple[str, str]]) -> tuple[list[dict], list[di
     for file, test in sources:
         results = json.loads((RESULTS / file).read_text())["results"]
         [r] = [r for r in results if r["test"] == test]
-        b, c = (baseline.report_passes(r[k]) for k in ("base_passes", "passes"))
+        b, c = (reports.report_passes(r[k]) for k in ("base_passes", "passes"))
         by_index = dict(zip(b.indices, b.metrics, strict=True))
         for index, m in zip(c.indices, c.metrics, strict=True):
             if index in by_index:

@@ -20,7 +20,7 @@ import noise  # bench/noise.py, beside this script
 
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.registry import default_tolerances, tolerance_for
-from pytest_vllm_perf.verdict import baseline, compare, sequential
+from pytest_vllm_perf.verdict import compare, reports, sequential
 
 
 def judge(result: dict) -> list[str]:
@@ -28,7 +28,7 @@ def judge(result: dict) -> list[str]:
     workload = workloads.named(name)
     keys = tuple(dict.fromkeys((*workload.gate, *workload.ab_gate)))
     tol = default_tolerances("cuda", ab=True)
-    b, c = (baseline.report_passes(result[k]) for k in ("base_passes", "passes"))
+    b, c = (reports.report_passes(result[k]) for k in ("base_passes", "passes"))
     by_index = dict(zip(b.indices, b.metrics, strict=True))
     pairs = [(by_index[i], m) for i, m in zip(c.indices, c.metrics, strict=True) if i in by_index]
 

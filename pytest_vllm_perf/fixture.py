@@ -29,7 +29,7 @@ from pytest_vllm_perf.report import text
 from pytest_vllm_perf.serving import hardware, models
 from pytest_vllm_perf.serving.pool import ServerHandle
 from pytest_vllm_perf.settings import Settings
-from pytest_vllm_perf.verdict import baseline, capacity, gate
+from pytest_vllm_perf.verdict import baseline, capacity, capacity_store, gate
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.thresholds import validate as validate_thresholds
 
@@ -460,7 +460,7 @@ def stored_baselines(node: pytest.Item, settings: Settings) -> list[str]:
     hw = hardware.hardware_class(platform)
     if (
         found[0] is GateStatus.MISSING
-        and baseline.capacity_path(settings.baseline_dir, hw, test_id, profile).exists()
+        and capacity_store.capacity_path(settings.baseline_dir, hw, test_id, profile).exists()
     ):  # a capacity test: its search is gated after the run
         return []
     return [f"{node.nodeid}: --vllm-require-baseline ({found[0]}): {found[1]}"]

@@ -24,7 +24,7 @@ from pytest_vllm_perf.core.records import (
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.measure.plan import measure
 from pytest_vllm_perf.serving.pool import ServerHandle
-from pytest_vllm_perf.verdict import baseline, capacity, gate, thresholds
+from pytest_vllm_perf.verdict import capacity, capacity_store, gate, thresholds
 from pytest_vllm_perf.verdict.compare import STORED_ALPHA
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.sequential import DEFAULT_ALPHA
@@ -100,7 +100,7 @@ class CapacityRun:
             "class": self.cls,
             "slo": dict(self.slo),
             "seconds": round(self.seconds, 3),
-            **{side: baseline.search_dict(found) for side, found in sides.items() if found},
+            **{side: capacity_store.search_dict(found) for side, found in sides.items() if found},
         }
         return Outcome(test_id, self.provenance, result, checks, verdict, search=search)
 

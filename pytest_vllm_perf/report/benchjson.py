@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from pytest_vllm_perf.core.registry import METRICS, split_key
-from pytest_vllm_perf.verdict import baseline
+from pytest_vllm_perf.verdict import reports
 
 __all__ = ["FORMAT_VERSION", "benchmarks", "document"]
 
@@ -79,7 +79,7 @@ def benchmarks(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     test, profile = str(result.get("test", "")), str(result.get("profile") or "")
     passes = len(result.get("passes") or ())
     out = []
-    for key, values in baseline.report_series(result).items():
+    for key, values in reports.report_series(result).items():
         data = [s for s in (_seconds(key, v) for v in values) if s is not None]
         if not data:
             continue

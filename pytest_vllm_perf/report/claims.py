@@ -35,7 +35,7 @@ from pytest_vllm_perf.core import yamlfile
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import MetricVerdict, Verdict
 from pytest_vllm_perf.core.registry import default_tolerances
-from pytest_vllm_perf.verdict import baseline, compare
+from pytest_vllm_perf.verdict import compare, reports
 
 __all__ = ["Claim", "ClaimRow", "evaluate", "load", "markdown", "render"]
 
@@ -180,8 +180,8 @@ def evaluate(claim: Claim, root: Path) -> ClaimRow:
     keys = tuple(dict.fromkeys((*claim.claimed, *claim.watched)))
     verdicts = tuple(
         compare.compare(
-            [baseline.report_passes(entry["base_passes"])],
-            baseline.report_passes(entry["passes"]),
+            [reports.report_passes(entry["base_passes"])],
+            reports.report_passes(entry["passes"]),
             keys,
             tolerances,
             pair=True,

@@ -46,7 +46,7 @@ from pytest_vllm_perf.core.registry import (
     split_key,
     tolerance_for,
 )
-from pytest_vllm_perf.verdict import baseline
+from pytest_vllm_perf.verdict import baseline, reports
 
 __all__ = [
     "COLUMNS", "PG_TABLE", "ChangePoint", "HistoryError", "analyze", "append", "is_postgres",
@@ -105,7 +105,7 @@ def rows_of(report: Mapping[str, Any], time: str, commit: str) -> list[dict[str,
             "profile": profile, "profile_hash": str(result.get("profile_hash", "")),
             "passes": str(len(passes)),
         }  # fmt: skip
-        for key, values in baseline.report_series(result).items():
+        for key, values in reports.report_series(result).items():
             row[key], row[key + SPREAD] = _median_and_spread(values)
         # the medians leave out a failed request's infinite TTFT: the count says it
         failed = [p.get("metrics", {}).get("failed") for p in passes]
@@ -409,7 +409,7 @@ def _commit() -> str:
 
 def _load_report(path: Path) -> Mapping[str, Any]:
     try:
-        return baseline.read_report(path)
+        return reports.read_report(path)
     except BaselineError as exc:
         raise HistoryError(str(exc)) from None
 

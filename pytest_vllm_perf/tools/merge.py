@@ -21,7 +21,7 @@ from pathlib import Path
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.report import document
 from pytest_vllm_perf.report.merged import failures, markdown, merge, summary
-from pytest_vllm_perf.verdict import baseline
+from pytest_vllm_perf.verdict import reports
 
 __all__ = ["failures", "main", "merge"]
 
@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--markdown", type=Path, help="write the merged summary here")
     args = parser.parse_args(argv)
     try:
-        doc, missing = merge([(str(p), baseline.read_report(p)) for p in args.reports])
+        doc, missing = merge([(str(p), reports.read_report(p)) for p in args.reports])
     except BaselineError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -28,6 +28,7 @@ from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.report import benchjson
 from pytest_vllm_perf.report.sides import Side, side_by_side
 from pytest_vllm_perf.verdict import baseline
+from pytest_vllm_perf.verdict import reports as report_io
 
 __all__ = ["benchmark_json", "promote", "promote_main", "sides", "table"]
 
@@ -52,11 +53,11 @@ def promote(reports: Sequence[Path], store: Path, add: bool = False) -> list[str
     docs: dict[Path, dict[str, Any]] = {}
     skipped: list[str] = []
     for report in reports:
-        for result in baseline.read_report(report)["results"]:
+        for result in report_io.read_report(report)["results"]:
             if "capacity" in result:  # a search keeps its passes' rates, not their figures
                 skipped.append(f"{report}: {result['test']} is a capacity search: not promoted")
                 continue
-            fresh = baseline.from_report(result, str(report))
+            fresh = report_io.from_report(result, str(report))
             hardware = str(fresh["boots"][0]["environment"].get("hardware_class", "unknown"))
             path = baseline.path_for(store, hardware, fresh["test"], fresh["profile"]["name"])
             if path in docs:
@@ -120,7 +121,7 @@ def benchmark_json(argv: Sequence[str]) -> int:
     parser.add_argument("--out", required=True, type=Path, help="the pytest-benchmark JSON file")
     args = parser.parse_args(argv)
     try:
-        doc = baseline.read_report(args.report)
+        doc = report_io.read_report(args.report)
     except BaselineError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -16,7 +16,6 @@ Each boot records the machine (CPU, Python, OS) and the git commit it ran from.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -33,36 +32,29 @@ from typing import Any, Final
 from pytest_vllm_perf.core import atomic, redact
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import Measurement, PassRecord, Provenance, RequestRecord
-from pytest_vllm_perf.core.registry import COMPARED, SERVER_COMPARED, metrics_from_report
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
-from pytest_vllm_perf.verdict import capacity, stats
+from pytest_vllm_perf.verdict import stats
 from pytest_vllm_perf.verdict.compare import MAX_BOOTS, Passes
 from pytest_vllm_perf.verdict.intervals import Floats
 
 __all__ = [
-    "CAPACITY_SCHEMA",
     "MAX_BOOTS",
     "SCHEMA",
     "Baseline",
     "BaselineError",
     "add_boot",
-    "capacity_document",
-    "capacity_path",
+    "boot_passes",
     "check_stored",
     "commit_info",
     "document",
     "find_other_hardware",
-    "from_report",
+    "json_number",
     "load",
-    "load_capacity",
     "merge_boots",
     "of_hardware",
     "path_for",
-    "read_report",
-    "report_passes",
-    "report_series",
+    "plugin_version",
     "save",
-    "search_dict",
     "slug",
 ]
 
@@ -124,7 +116,7 @@ def load(path: Path) -> Baseline | None:
             raise BaselineError(f"{path}: schema {schema!r}, expected one of {READABLE}")
         if schema != SCHEMA:
             data = _upgrade(data)
-        boots = tuple(_boot(b) for b in data["boots"])
+        boots = tuple(boot_passes(b) for b in data["boots"])
         if not boots or not all(b.metrics for b in boots):
             raise ValueError("no passes")
         return Baseline(path, data, boots)
@@ -162,7 +154,7 @@ def check_stored(root: Path, test_id: str, profile: str) -> list[str]:
     return problems
 
 
-def _boot(boot: Mapping[str, Any]) -> Passes:
+def boot_passes(boot: Mapping[str, Any]) -> Passes:
     passes = boot["passes"]
     records = tuple(_raw_pass(p) for p in passes) if all("records" in p for p in passes) else ()
     return Passes(
@@ -207,10 +199,10 @@ def _upgrade(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _pass_entry(metrics: Mapping[str, float]) -> dict[str, Any]:
-    return {"metrics": {k: _json(v) for k, v in sorted(metrics.items())}}
+    return {"metrics": {k: json_number(v) for k, v in sorted(metrics.items())}}
 
 
-def _json(value: float) -> float | str:
+def json_number(value: float) -> float | str:
     """JSON has no infinities or NaN: store them as strings, round the rest."""
     if math.isinf(value) or math.isnan(value):
         return str(value)
@@ -220,7 +212,7 @@ def _json(value: float) -> float | str:
 def _quantiles(values: Sequence[float] | Floats) -> list[float | str] | None:
     if not len(values):
         return None
-    return [_json(stats.percentile(values, q) * 1000) for q in QUANTILES]
+    return [json_number(stats.percentile(values, q) * 1000) for q in QUANTILES]
 
 
 def distribution(result: Measurement) -> dict[str, Any]:
@@ -248,7 +240,7 @@ def _boot_entry(result: Measurement, provenance: Provenance) -> dict[str, Any]:
                 "drain_s": round(p.drain_s, 6),
                 "elapsed_s": round(p.counted_s, 6),
                 "overloaded": p.overloaded,
-                "counters": {k: _json(v) for k, v in p.counters.items()},
+                "counters": {k: json_number(v) for k, v in p.counters.items()},
                 **_pass_entry(metrics),
             }
         )
@@ -258,7 +250,7 @@ def _boot_entry(result: Measurement, provenance: Provenance) -> dict[str, Any]:
         "engine": {"argv": list(provenance.engine_argv), "notes": list(provenance.engine_notes)},
         "machine_info": _machine_info(),
         "commit_info": commit_info(),
-        "plugin_version": _plugin_version(),
+        "plugin_version": plugin_version(),
         "passes": passes,
     }
 
@@ -273,7 +265,7 @@ def document(test_id: str, result: Measurement, provenance: Provenance) -> dict[
             "profile_hash": provenance.profile_hash,
             "workload": result.workload.to_dict(),
             "workload_hash": result.workload.hash,
-            "metrics": {k: _json(v) for k, v in sorted(result.metrics.items())},
+            "metrics": {k: json_number(v) for k, v in sorted(result.metrics.items())},
             "distribution": distribution(result),
             "boots": [_boot_entry(result, provenance)],
         }
@@ -288,95 +280,6 @@ def add_boot(
     An upgraded schema-2 file still has its raw records: they are not written back.
     """
     return merge_boots(stored.data, document(test_id, result, provenance), stored.path)
-
-
-def report_passes(passes: Sequence[Mapping[str, Any]]) -> Passes:
-    """The ``passes`` (or ``base_passes``) of a ``--vllm-json`` result, as a verdict reads them."""
-    return _boot({"passes": [{**p, "metrics": _internal_keys(p["metrics"])} for p in passes]})
-
-
-def _internal_keys(metrics: Mapping[str, Any]) -> dict[str, float | str]:
-    """A report's metrics as a stored baseline holds them (NaN and infinities as text)."""
-    return {key: _json(value) for key, value in metrics_from_report(metrics).items()}
-
-
-def report_series(result: Mapping[str, Any]) -> dict[str, list[float]]:
-    """A ``--vllm-json`` result's per-pass values by our metric keys, finite ones only
-    (NaN and infinities, written as null and strings, left out), for the compared
-    metrics and the workload's gated ones; a metric no pass measured is absent. What
-    the history and the pytest-benchmark export summarise. A capacity search (its
-    ``capacity`` field) has no passes of one rate: its one figure, ``capacity_rps``."""
-    if "capacity" in result:
-        found = result.get("metrics", {}).get(capacity.METRIC)
-        usable = isinstance(found, (int, float)) and math.isfinite(found) and found > 0
-        return {capacity.METRIC: [float(found)]} if usable else {}
-    workload = result.get("workload", {})
-    named = (*workload.get("gate", ()), *workload.get("ab_gate", ()), *workload.get("report", ()))
-    # the engine's own means and the GPUs' energy where measured (absent otherwise)
-    keys = dict.fromkeys([*COMPARED, *named, *SERVER_COMPARED, "energy_j"])
-    per_pass = [metrics_from_report(p.get("metrics", {})) for p in result.get("passes") or ()]
-    series = {key: [v for m in per_pass if key in m and math.isfinite(v := m[key])] for key in keys}
-    return {k: [v for v in values if math.isfinite(v)] for k, values in series.items() if values}
-
-
-def read_report(path: Path) -> dict[str, Any]:
-    """A ``--vllm-json`` report as written (``report.document``); BaselineError naming the
-    file when it is not one. The one reader of the report for promote, history and
-    benchmark-json."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BaselineError(f"{path}: not a --vllm-json report: {exc}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
-        raise BaselineError(f"{path}: not a --vllm-json report (no 'results' list)")
-    return doc
-
-
-def from_report(result: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """A one-boot baseline document from one result of a ``--vllm-json`` report.
-
-    A GPU CI job's report is its artifact; promoting it saves the runner's push
-    access and a second run. The report holds what a verdict reads (every pass's
-    metrics, the environment, the profile and workload); per-pass counters and,
-    for reports older than the distribution field, the quantile summary are absent.
-    """
-    try:
-        workload = workload_from_dict(result["workload"], f"{source}: workload")
-        passes = [
-            {
-                "index": int(p["index"]),
-                "duration_s": round(float(p["duration_s"]), 6),
-                "overloaded": bool(p.get("overloaded", False)),
-                "metrics": _internal_keys(p["metrics"]),
-            }
-            for p in result["passes"]
-        ]
-        boot = {
-            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "promoted_from": source,
-            "environment": dict(result["environment"]),
-            "engine": {"argv": list(result["engine_argv"]), "notes": list(result["engine_notes"])},
-            "plugin_version": _plugin_version(),
-            "passes": passes,
-        }
-        doc = {
-            "schema": SCHEMA,
-            "test": str(result["test"]),
-            "profile": dict(result["profile_settings"]),
-            "profile_hash": str(result["profile_hash"]),
-            "workload": workload.to_dict(),
-            "workload_hash": workload.hash,
-            "metrics": _internal_keys(result["metrics"]),
-            "distribution": result.get("distribution"),
-            "boots": [boot],
-        }
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BaselineError(
-            f"{source}: not a result of a --vllm-json report: {type(exc).__name__}: {exc}"
-        ) from None
-    if not passes:
-        raise BaselineError(f"{source}: {result['test']} has no passes to promote")
-    return redact.mapping(doc)
 
 
 def merge_boots(stored: Mapping[str, Any], fresh: Mapping[str, Any], path: Path) -> dict[str, Any]:
@@ -447,7 +350,7 @@ def commit_info() -> dict[str, Any]:
     }
 
 
-def _plugin_version() -> str:
+def plugin_version() -> str:
     try:
         return metadata.version("pytest-vllm-perf")
     except metadata.PackageNotFoundError:
@@ -460,90 +363,3 @@ def save(path: Path, doc: Mapping[str, Any]) -> None:
         atomic.write_text(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     except OSError as exc:
         raise BaselineError(f"cannot write baseline {path}: {exc.strerror or exc}") from None
-
-
-CAPACITY_SCHEMA: Final = 1
-
-
-def capacity_path(root: Path, hardware_class: str, test_id: str, profile: str) -> Path:
-    """Where a test's capacity search is stored: beside its workload baselines, in a
-    folder of its own (a test may call ``run`` and ``capacity`` both)."""
-    return path_for(root, hardware_class, f"{test_id}#capacity", profile)
-
-
-def capacity_document(
-    test_id: str,
-    found: capacity.Search,
-    slo: Mapping[str, float],
-    workload_hash: str,
-    provenance: Provenance,
-) -> dict[str, Any]:
-    """A capacity search as a stored baseline: every pass's rate and margin, so that the
-    fit is read back exactly as it was made; secrets removed."""
-    return redact.mapping(
-        {
-            "schema": CAPACITY_SCHEMA,
-            "kind": "capacity",
-            "test": test_id,
-            "profile": dict(provenance.profile_settings),
-            "workload_hash": workload_hash,
-            "slo": dict(slo),
-            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "environment": provenance.environment.to_dict(),
-            "commit_info": commit_info(),
-            "search": search_dict(found),
-        }
-    )
-
-
-def search_dict(found: capacity.Search) -> dict[str, Any]:
-    """A capacity search as plain data: every pass's rate and margin, and the fit; what
-    a stored capacity baseline and a capacity test's report hold."""
-    fit = found.capacity
-    return {
-        "rates": [_json(r) for r in found.rates],
-        "margins": [_json(m) for m in found.margins],
-        "converged": found.converged,
-        "capacity": None
-        if fit is None
-        else {k: _json(float(v)) for k, v in dataclasses.asdict(fit).items()},
-    }
-
-
-def load_capacity(path: Path) -> tuple[capacity.Search, Mapping[str, Any]] | None:
-    """The stored capacity search at ``path`` and its document, None if there is none,
-    BaselineError (naming the file, which is left as it is) if it is unreadable."""
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("schema") != CAPACITY_SCHEMA or data.get("kind") != "capacity":
-            raise ValueError(f"schema {data.get('schema')!r}, expected {CAPACITY_SCHEMA}")
-        stored = data["search"]
-        fit = stored["capacity"]
-        found = capacity.Search(
-            None if fit is None else _stored_fit(fit),
-            tuple(float(r) for r in stored["rates"]),
-            tuple(float(m) for m in stored["margins"]),
-            bool(stored["converged"]),
-        )
-        if len(found.rates) != len(found.margins):
-            raise ValueError("rates and margins differ in length")
-        return found, data
-    except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
-        raise BaselineError(
-            f"corrupt vLLM perf capacity baseline {path}: {type(exc).__name__}: {exc}. "
-            "The file was left as it is; fix or delete it, or re-save with --vllm-save-baseline."
-        ) from None
-
-
-def _stored_fit(fit: Mapping[str, Any]) -> capacity.Capacity:
-    return capacity.Capacity(
-        rps=float(fit["rps"]),
-        low=float(fit["low"]),
-        high=float(fit["high"]),
-        passes=int(fit["passes"]),
-        slope=float(fit["slope"]),
-        log_se=float(fit["log_se"]),
-        df=int(fit["df"]),
-    )

@@ -25,7 +25,7 @@ from pytest_vllm_perf.core.records import (
     Verdict,
 )
 from pytest_vllm_perf.core.registry import COMPARED, SERVER_COMPARED
-from pytest_vllm_perf.verdict import baseline, compare, drift
+from pytest_vllm_perf.verdict import baseline, capacity_store, compare, drift
 from pytest_vllm_perf.verdict import capacity as capacity_stats
 from pytest_vllm_perf.verdict.drift import Component
 from pytest_vllm_perf.verdict.intervals import Floats
@@ -338,14 +338,14 @@ def capacity(
     or vLLM release is compared and not gated, as a workload baseline is. ``alpha``:
     the test's one-sided false-alarm bound (its share of the run's stored budget)."""
     env = provenance.environment
-    path = baseline.capacity_path(root, env.hardware_class, test_id, provenance.profile)
+    path = capacity_store.capacity_path(root, env.hardware_class, test_id, provenance.profile)
     if mode is not SaveMode.COMPARE:
         baseline.save(
-            path, baseline.capacity_document(test_id, found, slo, workload_hash, provenance)
+            path, capacity_store.capacity_document(test_id, found, slo, workload_hash, provenance)
         )
         note = "a capacity baseline keeps one search: saved" if mode is SaveMode.ADD_BOOT else ""
         return CapacityGate(GateStatus.SAVED, path, note=note)
-    loaded = baseline.load_capacity(path)
+    loaded = capacity_store.load_capacity(path)
     if loaded is None:
         return CapacityGate(GateStatus.MISSING, path, note=f"no capacity baseline at {path}")
     stored, data = loaded

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_vllm_perf.verdict import capacity
+from pytest_vllm_perf.verdict import capacity, capacity_store
 
 
 def test_a_noiseless_power_law_gives_the_capacity_exactly():
@@ -198,7 +198,7 @@ def test_a_stored_search_reads_back_and_a_corrupt_one_is_named(tmp_path):
     BaselineError naming it, and is left as it is."""
     from pytest_vllm_perf.core.errors import BaselineError
     from pytest_vllm_perf.core.records import Environment, GateStatus, Provenance
-    from pytest_vllm_perf.verdict import baseline, gate
+    from pytest_vllm_perf.verdict import gate
 
     env = Environment("cpu", "cpu-test", "0.32.0", "2.13", "3.11", model="m")
     provenance = Provenance("default", {"name": "default"}, "h", (), (), env)
@@ -207,7 +207,7 @@ def test_a_stored_search_reads_back_and_a_corrupt_one_is_named(tmp_path):
     missing = gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1)
     assert missing.status is GateStatus.MISSING and "no capacity baseline" in missing.note
     saved = gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1, gate.SaveMode.SAVE)
-    stored, _ = baseline.load_capacity(saved.path)  # rounded to 6 places, as baselines are
+    stored, _ = capacity_store.load_capacity(saved.path)  # rounded to 6 places, as baselines are
     assert stored.rates == pytest.approx(found.rates, abs=1e-6)
     assert stored.margins == pytest.approx(found.margins, abs=1e-6)
     assert stored.capacity.rps == pytest.approx(found.capacity.rps, rel=1e-6)
