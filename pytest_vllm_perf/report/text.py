@@ -76,7 +76,12 @@ def fmt(value: float | None, pattern: str = "{:.4g}") -> str:
 def _cell(metrics: Mapping[str, float], key: str) -> str:
     m = METRICS[split_key(key)[1]]
     unit = "ms" if m.unit == "ms" else ""
-    return fmt(metrics.get(key), m.fmt + unit)
+    value = metrics.get(key)
+    shown = fmt(value, m.fmt + unit)
+    if value and math.isfinite(value) and not any(c in "123456789" for c in shown):
+        # a figure below the format's last digit (an ITL p50 of 0.03 ms read "0.0ms")
+        shown = fmt(value, "{:.2g}" + unit)
+    return shown
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -104,7 +109,7 @@ def threshold_message(checks: Sequence[Check]) -> str:
 
 def describe_verdict(v: MetricVerdict) -> str:
     over = f" over {v.basis}" if v.basis else ""
-    interval = "no interval" if math.isnan(v.low) else f"95% CI x{v.low:.3f}..x{v.high:.3f}"
+    interval = _interval(v.low, v.high)
     p = ""
     if not math.isnan(v.p_value) and not math.isnan(v.margin):
         # the decision: one-sided, of a change worse than the indifference margin
@@ -128,6 +133,15 @@ def describe_verdict(v: MetricVerdict) -> str:
         f"{v.metric}: {fmt(v.baseline)} -> {fmt(v.current)} "
         f"(x{v.ratio:.3f}, {interval}{over}, tolerance {v.tolerance:.0%}{p}) {v.verdict}{role}"
     )
+
+
+def _interval(low: float, high: float) -> str:
+    if math.isnan(low) or math.isnan(high):
+        return "no interval"
+    if low <= 0 or math.isinf(high):  # read "x0.000..xinf" once
+        bounds = f"above x{low:.3f}" if low > 0 else f"below x{high:.3f}" if high < math.inf else ""
+        return f"95% CI unbounded{' ' + bounds if bounds else ''}: too few or too varied passes"
+    return f"95% CI x{low:.3f}..x{high:.3f}"
 
 
 def _higher(key: str) -> bool:

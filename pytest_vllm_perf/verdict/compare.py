@@ -467,10 +467,18 @@ def passes_note(
     n_base = sum(len(b.metrics) for b in base)
     n_cur = len(current.metrics)
     if min(n_base, n_cur) < 2:
+        # name the short side: "use --vllm-repeat 8" read wrong after 8 current passes
+        fix = (
+            "re-save the baseline with --vllm-repeat 8 or more"
+            if n_base < 2 and n_cur >= 2
+            else "run with --vllm-repeat 8 or more"
+            if n_cur < 2 <= n_base
+            else "use --vllm-repeat 8 or more on both sides"
+        )
         return (
             f"{n_base} baseline vs {n_cur} current pass(es): reported, not gated (a single "
-            "pass's interval comes from time blocks inside it and understates run-to-run "
-            "noise); use --vllm-repeat 8 on both sides"
+            f"pass's interval comes from time blocks inside it and understates run-to-run "
+            f"noise); {fix}"
         )
     counts = {k: (measured_counts(base, k), measured_counts([current], k)) for k in gated}
     short = [f"{k} in {m} vs {n}" for k, (m, n) in counts.items() if (m, n) != (n_base, n_cur)]

@@ -127,3 +127,43 @@ def test_a_rules_regression_without_a_ratio_does_not_lead_the_line():
     line = text.verdict_line([bad], 60, 0)
     assert "output_throughput x0.361, itl_p50_ms (by rule)" in line, line
     assert "xnan" not in line
+
+
+def test_small_and_unbounded_figures_read_as_a_user_expects():
+    """``ITL p50 0.0ms`` in the summary table and ``x0.000..xinf`` intervals confused a
+    new user. Broken on purpose (the old formats back), each check fails."""
+    from pytest_vllm_perf.core.records import MetricVerdict, Verdict
+
+    row = text.outcome_rows([_decode_outcome(0.1)])[0]
+    assert "0.0ms" not in row and "3.0ms" in row, row  # ITL p50 of 3 ms still one decimal
+    cell = text._cell({"itl_p50_ms": 0.031}, "itl_p50_ms")
+    assert cell == "0.031ms", cell
+    unbounded = MetricVerdict("tpot_mean_ms", 5.0, 5.1, 1.02, 0.0, float("inf"), 0.05,
+                              Verdict.INCONCLUSIVE)  # fmt: skip
+    line = text.describe_verdict(unbounded)
+    assert "xinf" not in line and "x0.000" not in line, line
+    assert "95% CI unbounded: too few or too varied passes" in line, line
+    above = MetricVerdict("tpot_mean_ms", 5.0, 6.0, 1.2, 1.1, float("inf"), 0.05,
+                          Verdict.REGRESSED)  # fmt: skip
+    assert "95% CI unbounded above x1.100" in text.describe_verdict(above)
+    bounded = MetricVerdict("tpot_mean_ms", 5.0, 5.1, 1.02, 0.99, 1.05, 0.05, Verdict.UNCHANGED)
+    assert "95% CI x0.990..x1.050" in text.describe_verdict(bounded)
+
+
+def test_too_few_passes_names_the_side_that_is_short():
+    """ "use --vllm-repeat 8 on both sides" was printed after 8 current passes against a
+    one-pass baseline. Broken on purpose (one message for all), the first check fails."""
+    from pytest_vllm_perf.verdict import compare
+
+    def passes(n: int) -> compare.Passes:
+        return compare.Passes(
+            metrics=tuple({"tpot_mean_ms": 5.0} for _ in range(n)),
+            indices=tuple(range(n)),
+            durations=(1.0,) * n,
+            records=(),
+        )
+
+    note = compare.passes_note([passes(1)], passes(8))
+    assert note.endswith("re-save the baseline with --vllm-repeat 8 or more"), note
+    note = compare.passes_note([passes(8)], passes(1))
+    assert note.endswith("run with --vllm-repeat 8 or more"), note
