@@ -109,6 +109,12 @@ def reject_lines(candidates: Sequence[Candidate], memo: Path, progress: Progress
         lines = {key: list(c.spec.engine_argv) for key, c in group.items()}
         # the server's environment, so that the check sees the vLLM it will
         env = {**os.environ, **QUIET_ENV, **next(iter(group.values())).spec.env}
+        # said first: the check was silent for 83 s on a 2-core machine
+        names = ", ".join(sorted({c.profile.name for c in group.values()}))
+        progress(
+            f"checking {names}'s engine settings with vLLM's own parser before any boot "
+            "(it imports vLLM: up to a minute or two on a small machine)"
+        )
         verdicts = _run_check(python, launcher, lines, env)
         if isinstance(verdicts, str):
             progress(f"engine settings not checked before the boot ({python}): {verdicts}")

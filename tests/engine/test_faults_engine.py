@@ -160,6 +160,8 @@ def test_engine_values_vllm_rejects_stop_the_run_before_any_boot(perf_project):
              "argument --max-num-seqs: invalid int value: 'four'"]
         )  # fmt: skip
         assert "booting vLLM" not in result.stdout.str()
+        # said before the parser's vLLM import (silent for 83 s once)
+        assert "engine settings with vLLM's own parser before any boot" in result.stdout.str()
     assert vllm_processes(str(perf_project.path)) == []
 
 
