@@ -26,7 +26,7 @@ from pytest_vllm_perf.core.errors import PlotsUnavailable, ServerError, VllmPerf
 from pytest_vllm_perf.core.records import Outcome, Progress
 from pytest_vllm_perf.fixture import CostClock, PerfFixture, preflight, stored_baselines
 from pytest_vllm_perf.report import document, merged, plots, relay, sides, text
-from pytest_vllm_perf.serving import hardware, server
+from pytest_vllm_perf.serving import hardware, hub, server
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
 from pytest_vllm_perf.settings import Settings
 
@@ -196,6 +196,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "--vllm-platform=cuda: no NVIDIA GPU is visible here (nvidia-smi lists none, or "
             "CUDA_VISIBLE_DEVICES hides them); use --vllm-platform=auto or cpu"
         )
+    if settings.model and settings.url is None and boots and not problems:
+        problems += filter(None, [hub.problem(settings.model)])
     if not problems and not config.option.collectonly:  # the engine's own parser, once
         # every file is known to be sound
         wanted = _servers_wanted(items, settings, loaded)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 
 import pytest
@@ -221,3 +222,27 @@ def test_plots_without_matplotlib_and_a_missing_model_folder_are_usage_errors(
         assert errors == [f"ERROR: --vllm-model: {model}: {why}"]
     # a hub id is the engine's to resolve
     assert pytester.runpytest_subprocess("--vllm-model=org/name").ret == 0
+
+
+def test_a_hub_model_that_cannot_be_had_is_a_usage_error_before_any_boot(pytester, monkeypatch):
+    """An uncached hub id failed only after a boot, with a 30-line traceback. Here the
+    cache is empty and the hub is off (HF_HUB_OFFLINE), then unreachable (an endpoint on
+    a closed local port). Seen failing with the check removed (the run booted)."""
+    pytester.makepyfile("def test_perf(vllm_perf): pass\n")
+    monkeypatch.setenv("HF_HOME", str(pytester.path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--vllm-model=org/nosuch")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.strip()]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("ERROR: --vllm-model=org/nosuch: not in the local Hugging Face")
+    assert errors[0].endswith("and HF_HUB_OFFLINE is set"), errors
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--vllm-model=org/nosuch")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.strip()]
+    assert len(errors) == 1 and "127.0.0.1 cannot be reached" in errors[0], errors
