@@ -107,21 +107,28 @@ def _timeline(plt: Any, group: Sequence[Outcome], path: Path) -> Path:
 
 
 def _server(plt: Any, group: Sequence[Outcome], path: Path) -> Path:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for o in group:
+    """Each profile's gauges on a row of its own, on shared axes: drawn over one
+    another, several profiles' lines could not be told apart."""
+    fig, axes = plt.subplots(
+        len(group), 2, figsize=(11, 2.4 * len(group) + 0.8), sharex=True, sharey="col",
+        squeeze=False,
+    )  # fmt: skip
+    for row, o in zip(axes, group, strict=True):
         s = o.result.gauges
-        axes[0].plot([x.t for x in s], [(x.kv_cache_usage or 0) * 100 for x in s], label=o.profile)
-        axes[1].plot([x.t for x in s], [x.waiting or 0 for x in s], label=o.profile)
-    for ax, title, unit in (
-        (axes[0], "KV cache usage", "%"),
-        (axes[1], "requests waiting", "count"),
-    ):
-        ax.set_title(title)
+        t = [x.t for x in s]
+        row[0].step(t, [(x.kv_cache_usage or 0) * 100 for x in s], where="post", lw=1)
+        row[1].step(t, [x.waiting or 0 for x in s], where="post", lw=1, color="tab:orange")
+        row[0].set_ylabel(f"{o.profile}\nKV cache %")
+        row[1].set_ylabel("requests waiting")
+        row[0].set_ylim(0, 100)
+        row[1].set_ylim(bottom=0)
+        for ax in row:
+            ax.grid(alpha=0.3)
+    axes[0, 0].set_title("KV cache usage")
+    axes[0, 1].set_title("requests waiting")
+    for ax in axes[-1]:
         ax.set_xlabel("s into the run")
-        ax.set_ylabel(unit)
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle(f"{group[0].test_id}: server gauges from /metrics")
+    fig.suptitle(f"{group[0].test_id}: server gauges from /metrics, one row a profile")
     return _save(plt, fig, path)
 
 

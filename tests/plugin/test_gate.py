@@ -215,6 +215,11 @@ def test_plots_and_side_by_side_table(project, fake_vllm, capsys):
     pngs = sorted(p.name for p in (project.path / "plots").glob("*.png"))
     assert [n.rsplit("-", 1)[1] for n in pngs] == ["cdf.png", "server.png", "timeline.png"]
     assert all((project.path / "plots" / n).stat().st_size > 10_000 for n in pngs)
+    # the server gauges: a row a profile (drawn over one another they could not be told
+    # apart): two profiles, two rows of 2.4 inches at 90 dpi at least
+    (server,) = [n for n in pngs if n.endswith("-server.png")]
+    header = (project.path / "plots" / server).read_bytes()[16:24]
+    assert int.from_bytes(header[4:], "big") >= 2 * 2.4 * 90, header
     assert "![" in (project.path / "out" / "r.md").read_text()
 
     from pytest_vllm_perf.tools import main as vllm_perf
