@@ -20,11 +20,12 @@ from typing import Any, Final
 
 import pytest
 
-from pytest_vllm_perf import options
+from pytest_vllm_perf import marker, options
 from pytest_vllm_perf.config.profiles import Profile
 from pytest_vllm_perf.core.errors import PlotsUnavailable, ServerError, VllmPerfError
 from pytest_vllm_perf.core.records import Outcome, Progress
-from pytest_vllm_perf.fixture import CostClock, PerfFixture, preflight, stored_baselines
+from pytest_vllm_perf.fixture import CostClock, PerfFixture
+from pytest_vllm_perf.marker import preflight, stored_baselines
 from pytest_vllm_perf.report import document, merged, plots, relay, sides, text
 from pytest_vllm_perf.serving import hardware, hub, server
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
@@ -184,7 +185,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             except pytest.UsageError as exc:
                 problems.append(str(exc))
     for item in items:
-        test = item.nodeid.split("[")[0]
+        test = marker.base_id(item)
         if test not in seen:
             seen.add(test)
             problems += preflight(item, settings)
@@ -239,7 +240,7 @@ def in_shard(item: pytest.Item, shard: tuple[int, int]) -> bool:
     left out, so that a test's profiles run in one shard, side by side), stable across
     machines and Python processes (crc32, not ``hash``)."""
     k, n = shard
-    return zlib.crc32(item.nodeid.split("[")[0].encode()) % n == k - 1
+    return zlib.crc32(marker.base_id(item).encode()) % n == k - 1
 
 
 def _ab_tests(items: list[pytest.Item]) -> int:

@@ -19,7 +19,7 @@ from typing import Final
 from pytest_vllm_perf.config.workloads import NAMED
 from pytest_vllm_perf.core.registry import METRICS, default_tolerances
 from pytest_vllm_perf.core.workload import RequestClass, Workload
-from pytest_vllm_perf.fixture import MARKER_DOCS
+from pytest_vllm_perf.marker import MARKER_DOCS
 from pytest_vllm_perf.options import FLAGS, OPTIONS
 
 __all__ = ["BLOCKS", "main", "render"]

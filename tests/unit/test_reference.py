@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pytest_vllm_perf.config.workloads import NAMED
 from pytest_vllm_perf.core.registry import METRICS
-from pytest_vllm_perf.fixture import MARKER_KEYS
+from pytest_vllm_perf.marker import MARKER_KEYS
 from pytest_vllm_perf.tools import reference
 
 README = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
