@@ -139,9 +139,9 @@ def test_the_capacity_search_brackets_the_real_engines_slo_boundary(real_server)
     kind (one broke a fixed 1500 ms TTFT SLO at 16 req/s; another held it up to 64, the
     most a fixed start of 4 req/s reaches in 5 passes). So one closed-loop pass of 8
     users first measures the engine's saturated request rate R and its TTFT p99 at that
-    concurrency; the search starts at R/4, and its SLO is twice that TTFT p99: an
-    open-loop rate well below R keeps it, a rate above R queues without bound and breaks
-    it within a 3 s pass. A 95% interval needs more passes than CI spends;
+    concurrency; the search starts at R/4, and its SLO is twice that TTFT p99 (at most
+    half the pass): an open-loop rate well below R keeps it, a rate above R queues
+    without bound and breaks it within a 3 s pass. A 95% interval needs more passes than CI spends;
     examples/test_capacity.py runs the whole search. Broken on purpose (the rate not
     doubled while the SLO holds), no pass breaks the SLO and the bracket check fails."""
     shape = {"prompt_tokens": 256, "output_tokens": 16}
@@ -156,7 +156,10 @@ def test_the_capacity_search_brackets_the_real_engines_slo_boundary(real_server)
     load = workloads.named("capacity").override(
         {"duration_s": 3, "warmup_requests": 1, "requests": {"rate": rate / 4, **shape}}
     )
-    slo = {"ttft_p99_ms": 2 * ttft_ms, "itl_p99_ms": 1_000}
+    # at most half the pass: a queue that grows without bound shows in a 3 s pass as a
+    # TTFT p99 of at most about the pass's length; a busy fresh-clone CI run calibrated
+    # 1190 ms, and its SLO of 2384 ms held even at 450 req/s (TTFT p99 2186 ms)
+    slo = {"ttft_p99_ms": min(2 * ttft_ms, 1_500), "itl_p99_ms": 1_000}
     found = capacity_search(real_server, load, slo, tolerance=0.2, max_passes=8)
     search = found.search
     rates = dict(zip(search.rates, search.margins, strict=True))
