@@ -49,8 +49,8 @@ from pytest_vllm_perf.core.registry import (
 from pytest_vllm_perf.verdict import baseline, reports
 
 __all__ = [
-    "COLUMNS", "PG_TABLE", "ChangePoint", "HistoryError", "analyze", "append", "is_postgres",
-    "main", "pg_analyze", "pg_append", "rows_of",
+    "COLUMNS", "SPREAD", "ChangePoint", "HistoryError", "analyze", "append", "change_points",
+    "is_postgres", "main", "rows_of", "slug",
 ]  # fmt: skip
 
 # The columns every history file starts with; each metric adds KEY and KEY.spread.
@@ -65,13 +65,13 @@ class HistoryError(VllmPerfError, ValueError):
     """A history file or report that cannot be read; the message names the file."""
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
 
 
 def path_for(root: Path, hardware: str, test: str, profile: str) -> Path:
     """``ROOT/1x_NVIDIA_H200/examples_test_decode.py_test_decode--default.csv``."""
-    return root / _slug(hardware) / f"{_slug(test)}--{_slug(profile)}.csv"
+    return root / slug(hardware) / f"{slug(test)}--{slug(profile)}.csv"
 
 
 def _median_and_spread(values: Sequence[float]) -> tuple[str, str]:
@@ -243,10 +243,10 @@ def analyze(path: Path, max_pvalue: float = 0.001, window: int = 30) -> list[Cha
     header, rows = _read(path)
     times = [_epoch(r["time"], path, i + 2) for i, r in enumerate(rows)]
     metrics = [k for k in header[len(COLUMNS) :] if not k.endswith(SPREAD)]
-    return _change_points(path.name, rows, times, metrics, max_pvalue, window)
+    return change_points(path.name, rows, times, metrics, max_pvalue, window)
 
 
-def _change_points(
+def change_points(
     name: str, rows: Sequence[Mapping[str, str]], times: Sequence[int], metrics: Sequence[str],
     max_pvalue: float, window: int,
 ) -> list[ChangePoint]:  # fmt: skip
@@ -288,117 +288,8 @@ def _change_points(
     return sorted(found, key=lambda c: (c.index, c.metric))
 
 
-# PostgreSQL: one row per run, series and metric, so that any metric can be added
-# without a schema change; the primary key makes appending the same run a no-op. The
-# table name is written into each statement (no SQL is built from strings).
-PG_TABLE: Final = "vllm_perf_history"
-_PG_SCHEMA: Final = """CREATE TABLE IF NOT EXISTS vllm_perf_history (
-    hardware_class text NOT NULL, test text NOT NULL, profile text NOT NULL,
-    run_id text NOT NULL, time timestamptz NOT NULL, commit text NOT NULL,
-    vllm_version text NOT NULL, model text NOT NULL, platform text NOT NULL,
-    profile_hash text NOT NULL, passes integer NOT NULL, metric text NOT NULL,
-    value double precision, spread double precision,
-    PRIMARY KEY (hardware_class, test, profile, run_id, metric))"""
-
-
 def is_postgres(target: str | Path) -> bool:
     return str(target).startswith(("postgresql://", "postgres://"))
-
-
-def _connect(url: str) -> Any:
-    """A pg8000 connection (Otava's own PostgreSQL driver) for ``postgresql://`` URLs."""
-    from urllib.parse import unquote, urlsplit
-
-    try:
-        import pg8000.native
-    except ImportError as exc:
-        raise HistoryError(
-            "a PostgreSQL history needs pg8000: pip install 'pytest-vllm-perf[history]'"
-        ) from exc
-    parts = urlsplit(url)
-    try:
-        return pg8000.native.Connection(
-            unquote(parts.username or "postgres"), host=parts.hostname or "127.0.0.1",
-            port=parts.port or 5432, database=(parts.path or "/").lstrip("/") or None,
-            password=unquote(parts.password) if parts.password else None, timeout=30,
-        )  # fmt: skip
-    except (OSError, pg8000.native.Error) as exc:  # the password never reaches the message
-        raise HistoryError(f"{parts.hostname}:{parts.port}: PostgreSQL: {exc}") from exc
-
-
-def pg_append(url: str, rows: Sequence[Mapping[str, str]]) -> list[str]:
-    """Append ``rows`` to the PostgreSQL history in one transaction; a run already
-    there is left out. One line per series touched."""
-    con = _connect(url)
-    try:
-        con.run(_PG_SCHEMA)
-        con.run("BEGIN")
-        counts: dict[tuple[str, str, str], int] = {}
-        for row in rows:
-            key = (row["hardware_class"], row["test"], row["profile"])
-            metrics = [k for k in row if k not in COLUMNS and not k.endswith(SPREAD)]
-            added = 0
-            for metric in metrics:
-                value, spread = row[metric], row.get(metric + SPREAD, "")
-                done = con.run(
-                    "INSERT INTO vllm_perf_history VALUES (:hw, :test, :profile, :run_id, :time, "
-                    ":commit, :vllm, :model, :platform, :hash, :passes, :metric, :value, "
-                    ":spread) ON CONFLICT DO NOTHING RETURNING 1",
-                    hw=key[0], test=key[1], profile=key[2], run_id=row["run_id"],
-                    time=row["time"], commit=row["commit"], vllm=row["vllm_version"],
-                    model=row["model"], platform=row["platform"], hash=row["profile_hash"],
-                    passes=int(row["passes"]), metric=metric,
-                    value=float(value) if value else None,
-                    spread=float(spread) if spread else None,
-                )  # fmt: skip
-                added = added or bool(done)
-            counts[key] = counts.get(key, 0) + int(added)
-        con.run("COMMIT")
-        lines = []
-        for (hw, test, profile), added in counts.items():
-            [[runs]] = con.run(
-                "SELECT count(DISTINCT run_id) FROM vllm_perf_history "
-                "WHERE hardware_class = :hw AND test = :test AND profile = :profile",
-                hw=hw, test=test, profile=profile,
-            )  # fmt: skip
-            lines.append(f"{PG_TABLE} {hw}/{test}--{profile}: {runs} run(s), {added} appended")
-        return lines
-    finally:
-        con.close()
-
-
-def pg_analyze(url: str, max_pvalue: float = 0.001, window: int = 30) -> list[ChangePoint]:
-    """Otava's change points in every series of the PostgreSQL history."""
-    con = _connect(url)
-    try:
-        con.run(_PG_SCHEMA)
-        found = []
-        series = con.run(
-            "SELECT DISTINCT hardware_class, test, profile FROM vllm_perf_history ORDER BY 1, 2, 3"
-        )
-        for hw, test, profile in series:
-            records = con.run(
-                "SELECT run_id, time, commit, platform, metric, value FROM vllm_perf_history "
-                "WHERE hardware_class = :hw AND test = :test AND profile = :profile "
-                "ORDER BY time, run_id",
-                hw=hw, test=test, profile=profile,
-            )  # fmt: skip
-            runs: dict[str, dict[str, str]] = {}
-            stamps: dict[str, int] = {}
-            for run_id, time, commit, platform, metric, value in records:
-                row = runs.setdefault(
-                    run_id, {"time": time.isoformat(), "commit": commit, "platform": platform}
-                )
-                stamps[run_id] = int(time.timestamp())
-                row[metric] = "" if value is None else repr(value)
-            metrics = sorted({m for r in runs.values() for m in r} - {"time", "commit", "platform"})
-            found += _change_points(
-                f"{_slug(hw)}/{_slug(test)}--{_slug(profile)}", list(runs.values()),
-                [stamps[k] for k in runs], metrics, max_pvalue, window,
-            )  # fmt: skip
-        return found
-    finally:
-        con.close()
 
 
 def _commit() -> str:
@@ -412,6 +303,14 @@ def _load_report(path: Path) -> Mapping[str, Any]:
         return reports.read_report(path)
     except BaselineError as exc:
         raise HistoryError(str(exc)) from None
+
+
+def _pg() -> Any:
+    """The PostgreSQL store (``history_pg``), loaded only for a ``postgresql://`` target:
+    it imports this module's rows and change points."""
+    from pytest_vllm_perf.tools import history_pg
+
+    return history_pg
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -443,12 +342,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             _epoch(time, Path("--time"), 0)
             commit = args.commit if args.commit is not None else _commit()
             rows = [r for p in args.reports for r in rows_of(_load_report(p), time, commit)]
-            done = pg_append(args.to, rows) if is_postgres(args.to) else append(Path(args.to), rows)
+            done = (
+                _pg().pg_append(args.to, rows)
+                if is_postgres(args.to)
+                else append(Path(args.to), rows)
+            )
             print("\n".join(done) or "no result in the reports")
             return 0
         if is_postgres(args.root):
-            points = pg_analyze(args.root, args.max_pvalue, args.window)
-            where = PG_TABLE
+            points = _pg().pg_analyze(args.root, args.max_pvalue, args.window)
+            where = _pg().PG_TABLE
         else:
             files = sorted(Path(args.root).rglob("*.csv"))
             if not files:

@@ -32,7 +32,7 @@ def postgres():
         pytest.skip("no PostgreSQL (VLLM_PERF_TEST_POSTGRES); make test starts one")
     import pg8000.native
 
-    from pytest_vllm_perf.tools.history import _connect
+    from pytest_vllm_perf.tools.history_pg import connect as _connect
 
     name = f"h_{uuid.uuid4().hex[:12]}"
     admin = _connect(POSTGRES)
