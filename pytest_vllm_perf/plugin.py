@@ -15,32 +15,20 @@ import signal
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import pytest
 
-from pytest_vllm_perf import marker, options
+from pytest_vllm_perf import marker, options, state
 from pytest_vllm_perf.config.profiles import Profile
-from pytest_vllm_perf.core.errors import PlotsUnavailable, ServerError, VllmPerfError
-from pytest_vllm_perf.core.records import Outcome, Progress
+from pytest_vllm_perf.core.errors import PlotsUnavailable, ServerError
 from pytest_vllm_perf.fixture import CostClock, PerfFixture
 from pytest_vllm_perf.marker import preflight, stored_baselines
-from pytest_vllm_perf.report import document, merged, plots, relay, sides, text
+from pytest_vllm_perf.report import document, plots, sides, text
 from pytest_vllm_perf.serving import hardware, hub, server
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
 from pytest_vllm_perf.settings import Settings
 
-SETTINGS = pytest.StashKey[Settings]()
-POOL = pytest.StashKey[ServerPool]()
-RELAY = pytest.StashKey[relay.Relay]()  # a pytest-xdist controller's relay of progress
-OUTCOMES = pytest.StashKey[list[Outcome]]()
-STARTED = pytest.StashKey[float]()  # the session's start (time.monotonic), for its minutes
-# under pytest-xdist, on the controller: each worker's --vllm-json report, as it ended
-WORKER_REPORTS = pytest.StashKey[list[tuple[str, dict[str, Any]]]]()
-WORKER_OUTPUT: Final = "vllm_perf_report"
-# where a test's setup began, before its servers boot: what its CostClock counts from
-COST_MARK = pytest.StashKey[CostClock]()
 PERF_FIXTURES = ("vllm_perf", "vllm_server")
 
 
@@ -55,12 +43,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "repeat=N, gate=[METRIC, ...], **overrides): a vLLM perf test",
     )
     settings = Settings.from_config(config)
-    config.stash[SETTINGS] = settings
-    share = _own_devices(config, settings) if _worker(config) else 1
-    config.stash[OUTCOMES] = []
-    config.stash[WORKER_REPORTS] = []
-    config.stash[STARTED] = time.monotonic()
-    config.stash[POOL] = ServerPool(
+    config.stash[state.SETTINGS] = settings
+    share = state.own_devices(config, settings) if state.is_worker(config) else 1
+    config.stash[state.OUTCOMES] = []
+    config.stash[state.WORKER_REPORTS] = []
+    config.stash[state.STARTED] = time.monotonic()
+    config.stash[state.POOL] = ServerPool(
         PoolConfig(
             cache_dir=settings.cache_dir,
             model=settings.model,
@@ -71,9 +59,9 @@ def pytest_configure(config: pytest.Config) -> None:
             split_memory=settings.ab and settings.ab_mode == "resident",
             gpu_share=share,
         ),
-        _progress_writer(config),
+        state.progress_writer(config),
     )
-    _start_relay(config)
+    state.start_relay(config)
     _stop_servers_on_sigterm()
 
 
@@ -98,52 +86,9 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _terminal_line(config: pytest.Config) -> Progress:
-    def write(line: str) -> None:
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        capture = config.pluginmanager.get_plugin("capturemanager")
-        if reporter is None:
-            return
-        disabled = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
-        with disabled:
-            reporter.ensure_newline()
-            reporter.write_line(line)
-
-    return write
-
-
-def _progress_writer(config: pytest.Config) -> Progress:
-    """Progress lines on the terminal; a pytest-xdist worker's go to its controller's."""
-    folder = os.environ.get(relay.RELAY_ENV)
-    if _worker(config) and folder:
-        worker = str(config.workerinput.get("workerid", "gw"))  # type: ignore[attr-defined]
-        return relay.worker_progress(Path(folder), worker)
-    write = _terminal_line(config)
-    return lambda message: write(f"[vllm-perf] {message}")
-
-
-def _start_relay(config: pytest.Config) -> None:
-    """On a pytest-xdist controller whose workers are to come, relay their progress."""
-    workers = config.getoption("numprocesses", None) or config.getoption("tx", None)
-    if _worker(config) or not config.pluginmanager.hasplugin("xdist") or not workers:
-        return
-    found = relay.Relay(_terminal_line(config))
-    found.start()
-    config.stash[RELAY] = found
-
-
-def _stop_relay(config: pytest.Config) -> None:
-    """Stop the relay once: at the session's end, or at unconfigure if the session
-    never ended (a usage error after configure)."""
-    found = config.stash.get(RELAY, None)
-    if found is not None:
-        del config.stash[RELAY]
-        found.stop()
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
-    _stop_relay(config)
-    pool = config.stash.get(POOL, None)
+    state.stop_relay(config)
+    pool = config.stash.get(state.POOL, None)
     if pool is not None:
         pool.stop()
 
@@ -153,7 +98,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     mark = metafunc.definition.get_closest_marker("vllm_perf")
     pinned = mark.kwargs.get("profile") if mark else None
-    selected = metafunc.config.stash[SETTINGS].profiles
+    selected = metafunc.config.stash[state.SETTINGS].profiles
     names = [pinned] if isinstance(pinned, str) else list(pinned or selected)
     metafunc.parametrize("vllm_profile", names, indirect=True, ids=names)
 
@@ -162,13 +107,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Check every perf test's marker and stored baselines, then group perf tests by
     profile (stable), so each server boots once per session."""
-    settings = config.stash[SETTINGS]
+    settings = config.stash[state.SETTINGS]
     # the A/B tests share the run's A/B false-alarm budget, the others the stored one:
     # counted over every shard, so that the shards' tests together spend one budget
     ab_tests = _ab_tests(items) if settings.ab else 0
     stored_tests = _perf_tests(items) - ab_tests
     settings = dataclasses.replace(settings, ab_tests=ab_tests, stored_tests=stored_tests)
-    config.stash[SETTINGS] = settings
+    config.stash[state.SETTINGS] = settings
     if settings.shard is not None:
         kept = [item for item in items if in_shard(item, settings.shard)]
         config.hook.pytest_deselected(items=[i for i in items if i not in kept])
@@ -202,7 +147,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not problems and not config.option.collectonly:  # the engine's own parser, once
         # every file is known to be sound
         wanted = _servers_wanted(items, settings, loaded)
-        problems += config.stash[POOL].check_engine_args(wanted)
+        problems += config.stash[state.POOL].check_engine_args(wanted)
     if problems:
         raise pytest.UsageError("\n".join(problems))
     order = {name: i for i, name in enumerate(settings.profiles)}
@@ -268,15 +213,15 @@ def _profile_of(item: pytest.Item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before the fixtures' setup, so that their boots count
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    pool = item.config.stash.get(POOL, None)
+    pool = item.config.stash.get(state.POOL, None)
     if pool is not None and "vllm_perf" in getattr(item, "fixturenames", ()):
-        item.stash[COST_MARK] = CostClock.now(lambda: pool.booted_s, pool.config.gpus_held())
+        item.stash[state.COST_MARK] = CostClock.now(lambda: pool.booted_s, pool.config.gpus_held())
 
 
 @pytest.fixture
 def vllm_profile(request: pytest.FixtureRequest) -> Profile:
     """The resolved tuning profile this test runs under."""
-    settings = request.config.stash[SETTINGS]
+    settings = request.config.stash[state.SETTINGS]
     return settings.load_profile(getattr(request, "param", None) or settings.profiles[0])
 
 
@@ -284,7 +229,7 @@ def vllm_profile(request: pytest.FixtureRequest) -> Profile:
 def vllm_server(request: pytest.FixtureRequest, vllm_profile: Profile) -> ServerHandle:
     """A healthy vLLM server running this test's profile (shared by all its tests)."""
     try:
-        return request.config.stash[POOL].get(vllm_profile)
+        return request.config.stash[state.POOL].get(vllm_profile)
     except ServerError as exc:
         message = str(exc)  # failed outside the handler: the error is printed once
     pytest.fail(message, pytrace=False)
@@ -294,8 +239,8 @@ def vllm_server(request: pytest.FixtureRequest, vllm_profile: Profile) -> Server
 def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iterator[PerfFixture]:
     """Run workloads against this test's vLLM server: ``vllm_perf.run("interference")``."""
     config = request.config
-    settings = config.stash[SETTINGS]
-    pool = config.stash[POOL]
+    settings = config.stash[state.SETTINGS]
+    pool = config.stash[state.POOL]
     base: ServerHandle | Callable[[], ServerHandle] | None = None
     candidate: Callable[[], ServerHandle] | None = None
     failure, note = "", ""
@@ -319,79 +264,28 @@ def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iter
         request.node,
         settings,
         vllm_server,
-        config.stash[OUTCOMES].append,
+        config.stash[state.OUTCOMES].append,
         pool.progress,
         base,
         note,
         candidate,
-        clock=request.node.stash.get(COST_MARK, None),
+        clock=request.node.stash.get(state.COST_MARK, None),
     )
-
-
-def _run_record(settings: Settings) -> dict[str, Any]:
-    """What a session was, for its report: its shard and the budgets it judged under."""
-    return {
-        "shard": None if settings.shard is None else "{}/{}".format(*settings.shard),
-        "ab_tests": settings.ab_tests,
-        "stored_tests": settings.stored_tests,
-        "ab_run_alpha": settings.ab_run_alpha,
-        "stored_run_alpha": settings.stored_run_alpha,
-    }
-
-
-def _own_devices(config: pytest.Config, settings: Settings) -> int:
-    """A pytest-xdist worker's own devices, set in its environment before any server
-    boots (its servers inherit it), and how many workers share its GPU: on a GPU host
-    its group of the job's GPUs, so each worker is judged under its own hardware class,
-    or with fewer GPUs than workers and ``--vllm-workers-per-gpu``, one GPU it shares
-    (``hardware.worker_devices``); on the CPU engine one core for its
-    engines' OpenMP thread, the workers alternating (vLLM's CPU build binds every
-    engine to the last core by default: under xdist all workers' engines ran on that
-    one core while the other idled, 120% CPU of 200% over a CI run)."""
-    workerinput = getattr(config, "workerinput", {})
-    worker, workers = (
-        int(str(workerinput.get("workerid", "gw0"))[2:]),
-        int(workerinput.get("workercount", 1)),
-    )
-    if settings.platform != "cpu" and settings.url is None:
-        mask = os.environ.get("CUDA_VISIBLE_DEVICES")
-        gpus = hardware.all_gpus()
-        devices = (
-            [part.strip() for part in mask.split(",") if part.strip()]
-            if mask is not None
-            else [index for index, _ in gpus]
-        )
-        if devices and gpus:
-            try:
-                own, share = hardware.worker_devices(
-                    devices, worker, workers, settings.workers_per_gpu
-                )
-            except ValueError as exc:
-                raise pytest.UsageError(str(exc)) from None
-            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(own)
-            return share
-    cores = sorted(os.sched_getaffinity(0))
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(cores[worker % len(cores)]))
-    return 1
-
-
-def _worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")  # a pytest-xdist worker
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """On a pytest-xdist worker, its results go to the controller as a report (the
     worker's own terminal and files are nobody's to read or write)."""
     config = session.config
-    _stop_relay(config)  # the workers' last lines, before the summary
-    outcomes = config.stash.get(OUTCOMES, [])
-    if _worker(config) and outcomes:
-        report = document.to_json(outcomes, _run_record(config.stash[SETTINGS]))
-        config.workeroutput[WORKER_OUTPUT] = json.dumps(report, default=str)  # type: ignore[attr-defined]
-    elif SETTINGS in config.stash and config.stash[SETTINGS].inconclusive == "exit":
+    state.stop_relay(config)  # the workers' last lines, before the summary
+    outcomes = config.stash.get(state.OUTCOMES, [])
+    if state.is_worker(config) and outcomes:
+        report = document.to_json(outcomes, state.run_record(config.stash[state.SETTINGS]))
+        config.workeroutput[state.WORKER_OUTPUT] = json.dumps(report, default=str)  # type: ignore[attr-defined]
+    elif state.SETTINGS in config.stash and config.stash[state.SETTINGS].inconclusive == "exit":
         undecided = [o.gate.summary() for o in outcomes if o.gate is not None] + [
             str((r.get("baseline") or {}).get("verdict", ""))
-            for _, doc in config.stash.get(WORKER_REPORTS, [])
+            for _, doc in config.stash.get(state.WORKER_REPORTS, [])
             for r in doc.get("results", [])
         ]
         if session.exitstatus == pytest.ExitCode.OK and "inconclusive" in undecided:
@@ -400,47 +294,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it
 def pytest_testnodedown(node: Any, error: object) -> None:
-    found = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
+    found = getattr(node, "workeroutput", {}).get(state.WORKER_OUTPUT)
     if found:
         name = str(getattr(node, "gateway", None) and node.gateway.id)
-        node.config.stash[WORKER_REPORTS].append((name, json.loads(found)))
-
-
-def _merged_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """The controller's one summary, JSON and Markdown of every worker's results."""
-    settings = config.stash[SETTINGS]
-    found = config.stash[WORKER_REPORTS]
-    reports = sorted(found, key=lambda r: r[0])
-    try:
-        doc, missing = merged.merge(reports, shards_of_one_run=False)
-    except VllmPerfError as exc:
-        terminalreporter.write_line(f"vLLM perf workers' reports not merged: {exc}", red=True)
-        return
-    terminalreporter.section("vLLM perf summary")
-    lines, headline = merged.summary(doc, missing)
-    for line in lines:
-        terminalreporter.write_line(line)
-    written = document.write_report(
-        doc,
-        merged.markdown(doc, missing, headline),
-        settings.json_path,
-        settings.markdown_path,
-        os.environ.get("GITHUB_STEP_SUMMARY"),
-    )
-    for path in written:
-        terminalreporter.write_line(f"vLLM perf report written: {path}")
-    failed = headline.startswith("vLLM perf FAIL")
-    terminalreporter.write_line(headline, bold=True, red=failed, green=not failed)
+        node.config.stash[state.WORKER_REPORTS].append((name, json.loads(found)))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    if config.stash.get(WORKER_REPORTS, []):
-        _merged_summary(terminalreporter, config)
+    if config.stash.get(state.WORKER_REPORTS, []):
+        state.merged_summary(terminalreporter, config)
         return
-    outcomes = config.stash.get(OUTCOMES, [])
-    if not outcomes or _worker(config):
+    outcomes = config.stash.get(state.OUTCOMES, [])
+    if not outcomes or state.is_worker(config):
         return
-    settings = config.stash[SETTINGS]
+    settings = config.stash[state.SETTINGS]
     terminalreporter.section("vLLM perf summary")
     for line in text.summary_lines(outcomes) + text.gate_notes(outcomes):
         terminalreporter.write_line(line)
@@ -454,7 +321,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             pictures = plots.write(outcomes, settings.plots_dir)
         except PlotsUnavailable as exc:
             terminalreporter.write_line(f"vLLM perf plots not written: {exc}", red=True)
-    wall_s = time.monotonic() - config.stash[STARTED]
+    wall_s = time.monotonic() - config.stash[state.STARTED]
     cuda = any(o.provenance.environment.platform == "cuda" for o in outcomes)
     headline = text.verdict_line(outcomes, wall_s, hardware.gpu_count() if cuda else 0)
     written = document.write_files(
@@ -464,7 +331,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         step_summary=os.environ.get("GITHUB_STEP_SUMMARY"),
         plots=pictures,
         headline=headline,
-        run=_run_record(settings),
+        run=state.run_record(settings),
     )
     for path in [*written, *pictures]:
         terminalreporter.write_line(f"vLLM perf report written: {path}")

@@ -16,7 +16,7 @@ from tests.real_engine import require_engine
 REPO = Path(__file__).resolve().parent.parent
 
 # Each xdist worker's engines get a core of their own: the plugin's doing
-# (plugin._own_devices), as for any user's ``pytest -n N``.
+# (state.own_devices), as for any user's ``pytest -n N``.
 
 # CI runs the suite on four pytest-xdist workers (``make test``: ``-n 4 --dist loadfile
 # --no-loadscope-reorder``, which keeps this order; xdist's own puts the files with the
@@ -81,6 +81,10 @@ LAST = (
     "tests/plugin/test_faults.py",
     "tests/plugin/test_options.py",
     "tests/plugin/test_reference_help.py",
+    # a saved baseline that passes, thresholds nothing meets, a usage error, a Ctrl-C:
+    # nothing that depends on the fake server's pace
+    "tests/plugin/test_action.py",
+    "tests/plugin/test_prgate_traps.py",
     *TIMED,
 )
 

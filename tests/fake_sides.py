@@ -15,8 +15,8 @@ import os
 
 import pytest
 
-from pytest_vllm_perf.plugin import POOL
 from pytest_vllm_perf.serving.pool import ServerPool
+from pytest_vllm_perf.state import POOL
 
 
 @pytest.hookimpl(trylast=True)  # after the plugin's own pytest_configure made the pool

@@ -203,7 +203,7 @@ def environment(
 
 PARALLEL_ARGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 # VLLM_CPU_OMP_THREADS_BIND: the cores the CPU engine's OpenMP threads are bound to
-# (one a pytest-xdist worker, plugin._own_devices)
+# (one a pytest-xdist worker, state.own_devices)
 DEVICE_ENV = (
     "CUDA_VISIBLE_DEVICES",
     "NVIDIA_VISIBLE_DEVICES",

@@ -40,12 +40,9 @@ import functools
 import json
 import os
 import signal
-import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Final, Literal
 
@@ -54,7 +51,8 @@ from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import ProfileError, VllmPerfError
 from pytest_vllm_perf.options import INCONCLUSIVE_EXIT
 from pytest_vllm_perf.serving import hardware
-from pytest_vllm_perf.tools import bisect, upgrade
+from pytest_vllm_perf.tools import bisect, sessions, upgrade
+from pytest_vllm_perf.tools.sessions import Step
 
 __all__ = [
     "STORED_MODES",
@@ -90,18 +88,6 @@ STORED_MODES: Final = {
 }
 
 
-@dataclass(frozen=True)
-class Step:
-    """One pytest session of the gate, as it ran."""
-
-    name: str
-    argv: tuple[str, ...]
-    status: int | None  # pytest's exit status; None when skipped
-    wall_s: float
-    report_md: str  # the session's --vllm-markdown report ("" if none)
-    note: str = ""
-
-
 def changed_profiles(base: str, profiles_dir: Path) -> list[str]:
     """Profiles of the working tree whose resolved settings differ at ``base`` (or that
     ``base`` does not have), in name order. ProfileError when git cannot read ``base``."""
@@ -129,62 +115,6 @@ def _rate(value: str) -> float:
     if not 0 < found < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not an error rate between 0 and 1")
     return found
-
-
-def _run(name: str, argv: list[str], out: Path) -> Step:
-    """One pytest session, its stderr passed through and its usage errors kept (a
-    missing baseline is named in the verdict line, not only 200 lines above it). On
-    Ctrl-C or SIGTERM the session gets SIGINT (if the terminal's did not reach it) and
-    up to ``_GRACE_S`` to stop its servers and write its report; the step is then
-    marked interrupted and no further step starts."""
-    report = out / f"{name}.md"
-    started = time.monotonic()
-    print(f"[prgate] {name}: {' '.join(argv)}", flush=True)
-    # the session's own job-summary table would repeat the one this gate writes
-    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
-    errors: list[str] = []
-    note = ""
-    with subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True) as proc:  # noqa: S603
-        relay = threading.Thread(target=_relay, args=(proc, errors), daemon=True)
-        relay.start()
-        try:
-            status = proc.wait()
-        except KeyboardInterrupt:
-            note = "interrupted"
-            status = _stop(proc)
-        relay.join(timeout=5)
-    wall = time.monotonic() - started
-    print(f"[prgate] {name}: exit {status} after {wall / 60:.1f} min", flush=True)
-    text = report.read_text(encoding="utf-8") if report.is_file() else ""
-    if not note and status == 4 and errors:
-        note = errors[0]
-    return Step(name, tuple(argv), status, wall, text, note)
-
-
-_GRACE_S: Final = 30.0  # a session stops its servers in under 5 s (bench/ctrl_c_boot.py)
-
-
-def _relay(proc: subprocess.Popen[str], errors: list[str]) -> None:
-    """Copy the session's stderr to ours, keeping its ``ERROR:`` lines."""
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        sys.stderr.write(line)
-        if line.startswith("ERROR: "):
-            errors.append(line.strip().removeprefix("ERROR: "))
-    sys.stderr.flush()
-
-
-def _stop(proc: subprocess.Popen[str]) -> int:
-    with contextlib.suppress(ProcessLookupError):
-        if proc.poll() is None:
-            time.sleep(0.5)  # the terminal's Ctrl-C reaches the whole process group
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-    try:
-        return proc.wait(timeout=_GRACE_S)
-    except subprocess.TimeoutExpired:
-        proc.terminate()  # its own SIGTERM handler stops its servers too
-        return proc.wait()
 
 
 def verdict(steps: Sequence[Step]) -> str:
@@ -338,7 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     if changed:
         ab = [*head, f"--vllm-ab-run-alpha={share:g}", *args.pytest_args]
         ab += [f"--vllm-profile={','.join(changed)}", f"--vllm-ab-rev={args.base}"]
-        planned.append(("ab", functools.partial(_run, "ab", [*ab, *reports("ab")], args.out)))
+        planned.append(
+            ("ab", functools.partial(sessions.run, "ab", [*ab, *reports("ab")], args.out))
+        )
     else:
         why = "--no-ab" if args.no_ab else f"no profile changed since {args.base}"
         skipped = Step("ab", (), None, 0.0, "", why)
@@ -351,12 +283,15 @@ def main(argv: list[str] | None = None) -> int:
         stored = [*head, f"--vllm-stored-run-alpha={share:g}", *args.pytest_args]
         stored += [f"--vllm-profile={args.stored}", mode]
         planned.append(
-            ("stored", functools.partial(_run, "stored", [*stored, *reports("stored")], args.out))
+            (
+                "stored",
+                functools.partial(sessions.run, "stored", [*stored, *reports("stored")], args.out),
+            )
         )
     steps: list[Step] = []
     previous = signal.getsignal(signal.SIGTERM)
     with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-        signal.signal(signal.SIGTERM, _interrupt)  # a CI's cancel, as Ctrl-C
+        signal.signal(signal.SIGTERM, sessions.interrupt)  # a CI's cancel, as Ctrl-C
     try:
         for name, step in planned:
             if steps and steps[-1].note == "interrupted":
@@ -381,10 +316,6 @@ def main(argv: list[str] | None = None) -> int:
     return exit_status(steps)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def _upgrade(
     bumped: upgrade.Upgrade,
     args: argparse.Namespace,
@@ -406,7 +337,7 @@ def _upgrade(
     note = what if here == bumped.new else f"{what}; this environment has {here}"
     argv = [*head, *args.pytest_args, f"--vllm-profile={args.stored or 'default'}"]
     argv += [f"--vllm-ab-rev={args.base}@{python}", *reports("upgrade")]
-    found = _run("upgrade", argv, args.out)
+    found = sessions.run("upgrade", argv, args.out)
     if found.note:  # interrupted, or the session's usage error
         note = "interrupted" if found.note == "interrupted" else f"{note}; {found.note}"
     return Step(found.name, found.argv, found.status, found.wall_s, found.report_md, note)

@@ -13,7 +13,7 @@ boots this file pays for anyway (one more than a one-process run of the same tes
 
 Broken on purpose (the profiles left out of pyproject.toml's package-data), both tests
 fail: "shipped: no such folder". Broken on purpose (every worker given core 0 in
-``plugin._own_devices``), the engines' cores are one and the first test fails."""
+``state.own_devices``), the engines' cores are one and the first test fails."""
 
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ def test_the_gates_steps_share_one_false_alarm_budget(tmp_path, monkeypatch):
         ran.append(tuple(argv))
         return prgate.Step(name, tuple(argv), 0, 1.0, "")
 
-    monkeypatch.setattr(prgate, "_run", run)
+    monkeypatch.setattr(prgate.sessions, "run", run)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     out = ["--out", str(tmp_path)]
     assert prgate.main(["--base", "HEAD", "--profiles", "chunked", *out]) == 0
@@ -114,7 +114,7 @@ def test_the_gate_exits_with_the_first_failing_steps_status(tmp_path, monkeypatc
         def run(name: str, argv: list[str], out: Path, given=given) -> prgate.Step:
             return prgate.Step(name, tuple(argv), next(given), 1.0, "")
 
-        monkeypatch.setattr(prgate, "_run", run)
+        monkeypatch.setattr(prgate.sessions, "run", run)
         monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
         args = ["--base", "HEAD", "--profiles", "chunked", "--out", str(tmp_path)]
         assert prgate.main(args) == expected, statuses

@@ -61,7 +61,7 @@ def test_a_pull_request_that_only_bumps_vllm_runs_the_upgrade_ab(tmp_path, monke
         ran.append((name, tuple(argv)))
         return prgate.Step(name, tuple(argv), 0, 1.0, "")
 
-    monkeypatch.setattr(prgate, "_run", run)
+    monkeypatch.setattr(prgate.sessions, "run", run)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     monkeypatch.chdir(repo)
     args = ["--base", "HEAD~1", "--out", str(tmp_path / "out"), "--upgrade-python",
