@@ -16,14 +16,9 @@ from pytest_vllm_perf.verdict.gate import current_passes
 
 __all__ = ["SIDE_BY_SIDE", "Side", "comparison_lines", "side_by_side"]
 
-SIDE_BY_SIDE: Final = (
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "itl_p50_ms",
-    "itl_p99_ms",
-    "itl_max_ms",
-    "tpot_mean_ms",
-    "output_throughput",
+# the summary's latency and throughput columns: counts do not compare as ratios
+SIDE_BY_SIDE: Final = tuple(
+    k for k in text.COLUMNS if k not in ("completed", "failed", "preemptions")
 )
 
 
