@@ -142,8 +142,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "--vllm-platform=cuda: no NVIDIA GPU is visible here (nvidia-smi lists none, or "
             "CUDA_VISIBLE_DEVICES hides them); use --vllm-platform=auto or cpu"
         )
-    if settings.model and settings.url is None and boots and not problems:
-        problems += filter(None, [hub.problem(settings.model)])
+    model = settings.model if settings.url is None and boots and not problems else None
+    if model and (unavailable := hub.problem(model)):
+        problems.append(unavailable)
     if not problems and not config.option.collectonly:  # the engine's own parser, once
         # every file is known to be sound
         wanted = _servers_wanted(items, settings, loaded)

@@ -6,6 +6,13 @@ import subprocess
 from pathlib import Path
 
 
+def commit_all(repo: Path, message: str = "suite") -> None:
+    """A new repository at ``repo`` holding everything in it as one commit."""
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+
+
 def git(repo: Path, *args: str) -> None:
     """Run git in ``repo`` with a fixed identity, so commits work on a bare CI user."""
     subprocess.run(

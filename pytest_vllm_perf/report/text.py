@@ -138,10 +138,16 @@ def describe_verdict(v: MetricVerdict) -> str:
 def _interval(low: float, high: float) -> str:
     if math.isnan(low) or math.isnan(high):
         return "no interval"
-    if low <= 0 or math.isinf(high):  # read "x0.000..xinf" once
-        bounds = f"above x{low:.3f}" if low > 0 else f"below x{high:.3f}" if high < math.inf else ""
-        return f"95% CI unbounded{' ' + bounds if bounds else ''}: too few or too varied passes"
-    return f"95% CI x{low:.3f}..x{high:.3f}"
+    if low > 0 and math.isfinite(high):
+        return f"95% CI x{low:.3f}..x{high:.3f}"
+    # read "x0.000..xinf" once: say which side is open
+    if low > 0:
+        open_side = f" above x{low:.3f}"
+    elif math.isfinite(high):
+        open_side = f" below x{high:.3f}"
+    else:
+        open_side = ""
+    return f"95% CI unbounded{open_side}: too few or too varied passes"
 
 
 def _higher(key: str) -> bool:

@@ -125,7 +125,7 @@ def verdict(steps: Sequence[Step]) -> str:
     failed = [s for s in ran if s.status and s.status != INCONCLUSIVE_EXIT]
     parts = [
         f"{s.name} {_STATUS.get(s.status or 0, f'exit {s.status}')}"
-        + (f" ({s.note})" if s.note and s.note != "interrupted" else "")
+        + (f" ({s.note})" if s.note and s.note != sessions.INTERRUPTED else "")
         for s in ran
     ]
     parts += [f"{s.name} skipped ({s.note})" for s in steps if s.status is None]
@@ -294,13 +294,13 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, sessions.interrupt)  # a CI's cancel, as Ctrl-C
     try:
         for name, step in planned:
-            if steps and steps[-1].note == "interrupted":
-                steps.append(Step(name, (), None, 0.0, "", "interrupted"))
+            if steps and steps[-1].note == sessions.INTERRUPTED:
+                steps.append(Step(name, (), None, 0.0, "", sessions.INTERRUPTED))
             else:
                 try:
                     steps.append(step())
                 except KeyboardInterrupt:  # between sessions (an upgrade's install)
-                    steps.append(Step(name, (), 2, 0.0, "", "interrupted"))
+                    steps.append(Step(name, (), 2, 0.0, "", sessions.INTERRUPTED))
     finally:
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGTERM, previous)
@@ -339,7 +339,8 @@ def _upgrade(
     argv += [f"--vllm-ab-rev={args.base}@{python}", *reports("upgrade")]
     found = sessions.run("upgrade", argv, args.out)
     if found.note:  # interrupted, or the session's usage error
-        note = "interrupted" if found.note == "interrupted" else f"{note}; {found.note}"
+        interrupted = found.note == sessions.INTERRUPTED
+        note = sessions.INTERRUPTED if interrupted else f"{note}; {found.note}"
     return Step(found.name, found.argv, found.status, found.wall_s, found.report_md, note)
 
 

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["GRACE_S", "Step", "interrupt", "run", "stop"]
+__all__ = ["GRACE_S", "INTERRUPTED", "Step", "interrupt", "run", "stop"]
+
+# the note of a step that Ctrl-C or SIGTERM cut short (its status is then 2)
+INTERRUPTED: Final = "interrupted"
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ def run(name: str, argv: list[str], out: Path) -> Step:
         try:
             status = proc.wait()
         except KeyboardInterrupt:
-            note = "interrupted"
+            note = INTERRUPTED
             status = stop(proc)
         copier.join(timeout=5)
     wall = time.monotonic() - started

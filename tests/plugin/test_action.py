@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.scratch_git import git
+from tests.scratch_git import commit_all, git
 
 REPO = Path(__file__).resolve().parents[2]
 ACTION = yaml.safe_load((REPO / "action.yml").read_text())
@@ -68,9 +68,7 @@ def test_the_actions_gate_step_passes_then_fails_and_says_so_in_its_outputs(
     """A stored step that saves passes: outcome pass, the job summary and a success check
     run body. A profile whose threshold nothing meets fails the step with the gate's
     status. Seen failing with the step's last line removed (no outputs written)."""
-    git(project.path, "init", "-q")
-    git(project.path, "add", "-A")
-    git(project.path, "commit", "-qm", "suite")
+    commit_all(project.path)
     args = f"--vllm-url={fake_vllm.url} --vllm-repeat=2 -p no:cacheprovider"
     common = {"suite": ".", "base": "HEAD", "pytest-args": args, "out": "gate-out"}
     status, found, log = run_gate_step(

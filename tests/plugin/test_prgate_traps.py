@@ -10,12 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-from tests.scratch_git import git
+from tests.scratch_git import commit_all
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def prgate(project, *args: str) -> list[str]:
+def prgate(*args: str) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -33,23 +33,15 @@ def env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO)}
 
 
-def commit(project) -> None:
-    git(project.path, "init", "-q")
-    git(project.path, "add", "-A")
-    git(project.path, "commit", "-qm", "suite")
-
-
 def test_the_first_gate_without_baselines_names_the_missing_one_on_its_last_line(
     project, fake_vllm
 ):
     """The README's flow never saved a baseline, so the stored step always failed with
     exit 4 and a last line that only said "usage error". Seen failing with the
     session's ERROR line not kept (the note empty)."""
-    commit(project)
+    commit_all(project.path)
     done = subprocess.run(
-        prgate(
-            project, "--stored", "p", "--", f"--vllm-url={fake_vllm.url}", "-p", "no:cacheprovider"
-        ),
+        prgate("--stored", "p", "--", f"--vllm-url={fake_vllm.url}", "-p", "no:cacheprovider"),
         cwd=project.path,
         env=env(),
         capture_output=True,
@@ -71,7 +63,7 @@ def test_ctrl_c_ends_the_gate_with_a_summary_and_no_traceback(project, fake_vllm
     turn, the summary is written, the last line says FAIL with the step interrupted.
     Seen failing with prgate's KeyboardInterrupt handling removed from the step (the
     session, not signalled, ran on to its end)."""
-    commit(project)
+    commit_all(project.path)
     args = (
         "--stored",
         "p",
@@ -84,7 +76,7 @@ def test_ctrl_c_ends_the_gate_with_a_summary_and_no_traceback(project, fake_vllm
         "no:cacheprovider",
     )
     with subprocess.Popen(
-        prgate(project, *args),
+        prgate(*args),
         cwd=project.path,
         env=env(),
         stdout=subprocess.PIPE,
