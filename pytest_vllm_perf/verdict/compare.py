@@ -1,9 +1,9 @@
 """Regression verdicts: the current passes against a base side's passes, metric by metric.
 
-The unit of noise is the pass (see ``core.records.PassRecord``). This module chooses
-what the data allow and assembles each metric's verdict; the decision itself is in
-``decide``, the rules in ``rules``, what a verdict allows for beyond its passes in
-``drift``:
+The unit of noise is the pass (see ``core.records.PassRecord``). This module assembles
+each metric's verdict; ``measured`` chooses the test the data allow and gives its
+figures, ``decide`` the decision, ``rules`` the rules, and ``drift`` what a verdict
+allows for beyond its passes:
 
 - **Pairing.** When both sides replay the same seeded schedule, pass k is compared
   with pass k (``pair``): what the schedule decides (which passes get the long
@@ -35,16 +35,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Final
 
-import numpy as np
-
-from pytest_vllm_perf.core.records import MetricVerdict, PassRecord, RequestRecord, Verdict
-from pytest_vllm_perf.core.registry import LATENCIES, METRICS, split_key, tolerance_for
-from pytest_vllm_perf.verdict import decide, intervals, rules, stats
+from pytest_vllm_perf.core.records import MetricVerdict, Verdict
+from pytest_vllm_perf.core.registry import METRICS, split_key, tolerance_for
+from pytest_vllm_perf.verdict import decide, intervals, measured, rules
 from pytest_vllm_perf.verdict.drift import NONE, Component
-from pytest_vllm_perf.verdict.intervals import Floats
 from pytest_vllm_perf.verdict.passes import Passes
 from pytest_vllm_perf.verdict.sequential import Look
 
@@ -65,7 +61,7 @@ ALPHA: Final = 1 - intervals.CONFIDENCE
 STORED_ALPHA: Final = ALPHA / 2
 # the newest boots a baseline keeps (``baseline.add_boot`` drops the oldest beyond it)
 MAX_BOOTS: Final = 8
-MIN_PAIRS: Final = 3  # the fewest pairs paired: a t over 2 degrees of freedom
+MIN_PAIRS: Final = measured.MIN_PAIRS
 
 
 def classify(
@@ -98,231 +94,6 @@ def classify(
     return Verdict.INCONCLUSIVE
 
 
-@dataclass(frozen=True)
-class _Result:
-    baseline: float
-    current: float
-    ratio: float
-    low: float
-    high: float
-    p: float
-    basis: str
-    failed: bool = False  # regressed by rule (``rules``), named
-    decision: decide.Decision | None = None
-    # the two tests at the pair budget's end (``decide.end_p``): their p and findings
-    p_end: float = 1.0
-    end: str = ""
-    # more bursty current passes than the baseline's, short of failing (BURST_SUSPECT)
-    suspect: str = ""
-
-    @property
-    def p_improved(self) -> float:
-        return self.decision.p_improved if self.decision else math.nan
-
-
-def _transform(key: str, values: Floats, pseudo_rate: float) -> Floats:
-    """Log values, in the direction in which larger is worse (a higher-is-better
-    metric's logs negated); counter rates get ``pseudo_rate`` (one event per typical
-    pass) added first. The same pseudo-rate on both sides: one event per each pass's
-    own length made 0 preemptions against 0 a x1.94 "regression" when one side's passes
-    drained faster (the api_server A/B on the H200, bench/results/h200/tokenization-kv-len)."""
-    found = METRICS[split_key(key)[1]]
-    if found.statistic == "counter rate":
-        values = values + pseudo_rate
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logs: Floats = np.log(values)
-    return -logs if found.higher_is_better else logs
-
-
-def _one(
-    key: str,
-    base: Sequence[Passes],
-    cur: Passes,
-    pair: bool,
-    seed: int,
-    tolerance: float,
-    rule_alpha: float,
-    look: Look,
-    drift: Component,
-) -> _Result:
-    """``_measured``, with a burst excess short of failing (``BURST_SUSPECT``) noted."""
-    found = _measured(key, base, cur, pair, seed, tolerance, rule_alpha, look, drift)
-    p, bursts = rules.burst_excess(key, base, cur)
-    if found.failed or p >= rules.BURST_SUSPECT:
-        return found
-    return replace(found, suspect=f"{bursts} (one-sided p={p:.2g}, short of {rule_alpha:.2g})")
-
-
-def _measured(
-    key: str,
-    base: Sequence[Passes],
-    cur: Passes,
-    pair: bool,
-    seed: int,
-    tolerance: float,
-    rule_alpha: float,
-    look: Look,
-    drift: Component,
-) -> _Result:
-    """One metric's comparison: paired where ``pair`` and three or more passes share a
-    schedule index, else unpaired; ranked where failures made a value infinite."""
-    single = _single(base, cur)
-    failure = rules.streamed_worse(key, base, cur, rule_alpha)
-    base = [b for b in (b.measured(key) for b in base) if b.metrics] or list(base)
-    measured = cur.measured(key)
-    cur = measured if measured.metrics else cur
-    raw = [b.values(key) for b in base]
-    cur_values = cur.values(key)
-    b_med, c_med = float(np.median(np.concatenate(raw))), float(np.median(cur_values))
-    if failure:
-        ratio = c_med / b_med if b_med else math.nan
-        # a rule, not a test: no p-value (it printed as "p=0 beyond it")
-        return _Result(b_med, c_med, ratio, math.nan, math.nan, math.nan, failure, failed=True)
-    seconds = [d for side in (*base, cur) for d in side.durations if d > 0]
-    pseudo = 1.0 / float(np.median(seconds)) if seconds else 1.0
-    logs = [_transform(key, values, pseudo) for values in raw]
-    cur_logs = _transform(key, cur_values, pseudo)
-    base_logs = np.concatenate(logs)
-    if np.isnan(base_logs).any() or np.isnan(cur_logs).any() or not len(cur_logs):
-        return _Result(b_med, c_med, math.nan, math.nan, math.nan, math.nan, "no finite values")
-    if single:
-        return _bootstrap(key, base, cur, b_med, c_med, seed, tolerance)
-    if min(len(base_logs), len(cur_logs)) < 2:
-        # passes were left out (a class without requests, a pass streamed in bursts):
-        # time blocks of the raw passes would bring back exactly what was left out
-        basis = f"{len(base_logs)} vs {len(cur_logs)} passes measured it"
-        return _Result(b_med, c_med, math.nan, math.nan, math.nan, math.nan, basis)
-    higher = METRICS[split_key(key)[1]].higher_is_better
-    boots = f", {len(base)} baseline boots" if len(base) > 1 else ""
-    allowing = f", allowing {drift.source}" if drift.sd else ""
-    if np.isinf(base_logs).any() or np.isinf(cur_logs).any():
-        finite = np.concatenate([base_logs, cur_logs])
-        finite = finite[np.isfinite(finite)]
-        if not len(finite):
-            return _Result(b_med, c_med, math.nan, math.nan, math.nan, math.nan, "no finite values")
-        low, top = float(finite.min()) - _RANK_GAP, float(finite.max()) + _RANK_GAP
-        base_r, cur_r = (np.clip(x, low, top) for x in (base_logs, cur_logs))
-        ranked = int(np.sum(np.isinf(base_logs)) + np.sum(np.isinf(cur_logs)))
-        made = decide.ranked(base_r, cur_r, tolerance, look, drift)
-        shift = _unranked(made.shift.mean)
-        basis = (
-            f"{len(base_r)} vs {len(cur_r)} passes, {made.test}{boots}{allowing}, "
-            f"{ranked} value(s) infinite or zero (failed requests, no tokens) ranked as the worst"
-        )
-        ratio = math.exp(-shift if higher else shift)
-        return _Result(b_med, c_med, ratio, math.nan, math.nan, made.p_regressed, basis,
-                       decision=made)  # fmt: skip
-    paired = _pairs(logs, base, cur, cur_logs) if pair else None
-    if paired is not None:
-        b_side, c_side = paired
-        made = decide.decide(b_side, c_side, tolerance, look, True, drift)
-        what = f"{len(c_side)} pairs of passes, paired, {made.test}"
-    else:
-        b_side, c_side = base_logs, cur_logs
-        made = decide.decide(b_side, c_side, tolerance, look, False, drift)
-        what = f"{len(b_side)} vs {len(c_side)} passes, {made.test}"
-    p_end, end = decide.end_p(b_side, c_side, tolerance, look, paired is not None, drift,
-                              dispersion=len(base) == 1)  # fmt: skip
-    est, (lo, hi) = made.shift.mean, made.shift.interval()
-    if higher:  # back to current / base
-        est, lo, hi = -est, -hi, -lo
-    return _Result(
-        b_med, c_med, math.exp(est), math.exp(lo), math.exp(hi), made.p_regressed,
-        f"{what}{boots}{allowing}", decision=made, p_end=p_end, end=end,
-    )  # fmt: skip
-
-
-# A failed request's latency is infinite, and so is the log of a throughput of zero
-# turned worse-is-larger: rank tests place them beyond every finite value (the log of a
-# value this far beyond the extreme finite one), and an estimate that reaches that far
-# is unbounded, not a number.
-_RANK_GAP: Final = 100.0
-
-
-def _unranked(log_ratio: float) -> float:
-    if abs(log_ratio) >= _RANK_GAP / 2:
-        return math.copysign(math.inf, log_ratio)
-    return log_ratio
-
-
-def _pairs(
-    logs: Sequence[Floats], base: Sequence[Passes], cur: Passes, cur_logs: Floats
-) -> tuple[Floats, Floats] | None:
-    """The base side at each schedule index the current side ran (the mean over the
-    baseline's boots) and the current side's values there, if ``MIN_PAIRS`` or more."""
-    means: dict[int, list[float]] = {}
-    for boot_logs, boot in zip(logs, base, strict=True):
-        for index, value in zip(boot.indices, boot_logs, strict=True):
-            means.setdefault(index, []).append(float(value))
-    kept = [(float(np.mean(means[i])), float(v))
-            for i, v in zip(cur.indices, cur_logs, strict=True) if i in means]  # fmt: skip
-    if len(kept) < MIN_PAIRS:
-        return None
-    return np.array([b for b, _ in kept]), np.array([c for _, c in kept])
-
-
-def _bootstrap(
-    key: str,
-    base: Sequence[Passes],
-    cur: Passes,
-    b_med: float,
-    c_med: float,
-    seed: int,
-    tolerance: float,
-) -> _Result:
-    """A single pass on a side: time blocks of the raw passes, when both sides have them."""
-    base_records = [r for b in base for r in b.records]
-    cls, name = split_key(key)
-    # a server metric (preemptions, gauge peaks) is read at the pass's ends, not from
-    # its requests: time blocks of requests cannot resample it (it raised KeyError)
-    server = METRICS[name].source == "server"
-    if server or not base_records or not cur.records:
-        what = "a server metric" if server else "a single pass without raw samples"
-        ratio = c_med / b_med if b_med else math.nan
-        return _Result(
-            b_med, c_med, ratio, math.nan, math.nan, math.nan, f"{what} gives no interval"
-        )
-
-    def mine(records: Sequence[RequestRecord]) -> list[RequestRecord]:
-        return [r for r in records if cls is None or r.cls == cls]
-
-    base_blocks, cur_blocks = _blocks(base_records), _blocks(cur.records)
-    field = METRICS[name].field
-    statistic: intervals.Statistic
-    if field in LATENCIES:  # each block's samples once, not once per replicate
-        base_blocks, cur_blocks = (
-            [(stats.samples(mine(recs))[field], secs) for recs, secs in blocks]
-            for blocks in (base_blocks, cur_blocks)
-        )
-
-        def statistic(values: Any, seconds: float) -> float:
-            return stats.latency_value(name, values)
-
-    else:
-
-        def statistic(values: Any, seconds: float) -> float:
-            return stats.value(name, mine(values), seconds)
-
-    ratio, low, high, p = intervals.block_bootstrap(
-        base_blocks, cur_blocks, statistic, seed, 1 + tolerance
-    )
-    return _Result(b_med, c_med, ratio, low, high, p, "time blocks")
-
-
-def _blocks(passes: Sequence[PassRecord]) -> list[intervals.Block]:
-    """Consecutive time blocks of each pass, by request start time."""
-    out: list[intervals.Block] = []
-    for p in passes:
-        count = max(4, min(12, len(p.records) // 15))
-        groups: list[list[object]] = [[] for _ in range(count)]
-        span = p.duration_s or 1.0
-        first = p.start_s + p.ramp_s
-        for r in p.records:
-            groups[min(count - 1, max(0, int((r.start - first) / span * count)))].append(r)
-        out += [(g, p.duration_s / count) for g in groups]
-    return out
-
-
 def compare(
     base: Sequence[Passes],
     current: Passes,
@@ -349,7 +120,7 @@ def compare(
     requests per pass than the baseline did: ``regressed`` when significantly more
     (``rules.failed_requests``), else ``inconclusive``, printed either way.
     """
-    single = _single(base, current)
+    single = measured.is_single(base, current)
     if look is None:
         look = Look(1, 1, len(current.metrics), alpha / 2)
     m = max(1, len(gated))
@@ -364,7 +135,9 @@ def compare(
         return (drift or {}).get(key, NONE)
 
     results = {
-        key: _one(key, base, current, pair, seed, tols[key], rule_alpha, look, component(key))
+        key: measured.measure(
+            key, base, current, pair, seed, tols[key], rule_alpha, look, component(key)
+        )
         for key in keys
     }
     gated_keys = [k for k in keys if k in gated and not single]
@@ -383,7 +156,7 @@ def compare(
 
 def _verdict(
     key: str,
-    r: _Result,
+    r: measured.Result,
     tol: float,
     gated: bool,
     single: bool,
@@ -422,7 +195,7 @@ def _verdict(
     )  # fmt: skip
 
 
-def _bounds(r: _Result, level: float, p_holm: float, higher: bool) -> tuple[float, float]:
+def _bounds(r: measured.Result, level: float, p_holm: float, higher: bool) -> tuple[float, float]:
     """The ratio's one-sided bounds at the levels its decision used: the worse side's at
     the level of its Holm step (level x p / p_holm), the other at ``decide.FUTILITY``
     or the level; as current / base."""
@@ -433,11 +206,6 @@ def _bounds(r: _Result, level: float, p_holm: float, higher: bool) -> tuple[floa
     _, worse_high = r.decision.shift.bounds(1 - max(level, decide.FUTILITY))
     low, high = math.exp(worse_low), math.exp(worse_high)
     return (1 / high, 1 / low) if higher else (low, high)
-
-
-def _single(base: Sequence[Passes], current: Passes) -> bool:
-    """A single pass on either side: compared by time blocks, reported, never gated."""
-    return min(sum(len(b.metrics) for b in base), len(current.metrics)) < 2
 
 
 def _tolerance(key: str, tolerances: Mapping[str, float]) -> float:
