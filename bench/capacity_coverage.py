@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from pytest_vllm_perf.core import atomic
-from pytest_vllm_perf.verdict import capacity
+from pytest_vllm_perf.verdict import capacity, capacity_search
 
 OUT = Path(__file__).resolve().parent / "results" / "capacity_coverage.md"
 TRUE_RPS = 10.0
@@ -57,7 +57,7 @@ def simulate(
 def simulate_search(
     rng: np.random.Generator, sigma: float, bend: float, reps: int, tolerance: float = 0.15
 ) -> dict[str, float]:
-    """The whole search (``capacity.search``), which picks its rates from the data,
+    """The whole search (``capacity_search.search``), which picks its rates from the data,
     from a start 2.5 times below the capacity, at most 30 passes."""
     held = runs = 0
     passes, widths = [], []
@@ -67,7 +67,7 @@ def simulate_search(
             x = math.log(rate / TRUE_RPS)
             return math.exp(SLOPE * x + bend * x * x + rng.normal(0.0, sigma))
 
-        found = capacity.search(trial, TRUE_RPS / 2.5, tolerance, 30)
+        found = capacity_search.search(trial, TRUE_RPS / 2.5, tolerance, 30)
         if found.capacity is None:
             continue
         runs += 1
@@ -100,7 +100,7 @@ def simulate_ratio(
                 def trial(rate: float, true: float = true) -> float:
                     return math.exp(SLOPE * math.log(rate / true) + rng.normal(0.0, sigma))
 
-                sides.append(capacity.search(trial, TRUE_RPS / 2.5, 0.1, 24))
+                sides.append(capacity_search.search(trial, TRUE_RPS / 2.5, 0.1, 24))
             else:
                 rates = np.repeat(true * np.array([0.8, 1.0, 1.25]), 3)
                 margins = np.exp(SLOPE * np.log(rates / true) + rng.normal(0, sigma, 9))

@@ -23,7 +23,7 @@ from pytest_vllm_perf.core.workload import Workload, pass_count
 from pytest_vllm_perf.report import text
 from pytest_vllm_perf.serving.pool import ServerHandle
 from pytest_vllm_perf.settings import Settings
-from pytest_vllm_perf.verdict import capacity, gate
+from pytest_vllm_perf.verdict import capacity, eligibility
 
 __all__ = ["CostClock", "PerfFixture"]
 
@@ -213,7 +213,7 @@ class PerfFixture:
             problems.append(f"{line}: capacity regressed")
         if not outcome.passed:  # the fit, or with no bounded interval what held
             problems.append(f"{line}: below the minimum of {min_rps:g} req/s")
-        if result and settings.require_baseline and result.status in gate.CANNOT_GATE:
+        if result and settings.require_baseline and result.status in eligibility.CANNOT_GATE:
             problems.append(f"--vllm-require-baseline ({result.status}): {result.note}")
         if problems:
             pytest.fail("\n".join(dict.fromkeys(problems)), pytrace=False)
@@ -303,6 +303,6 @@ def _problems(outcome: Outcome, require_baseline: bool) -> list[str]:
     result = outcome.gate
     if result and result.regressions:
         problems.append(text.regression_message(result))
-    if result and require_baseline and result.status in gate.CANNOT_GATE:
+    if result and require_baseline and result.status in eligibility.CANNOT_GATE:
         problems.append(f"--vllm-require-baseline ({result.status}): {result.note}")
     return problems

@@ -20,7 +20,7 @@ from pytest_vllm_perf.core.registry import threshold_target, validate_tolerances
 from pytest_vllm_perf.core.workload import Workload, pass_count
 from pytest_vllm_perf.serving import hardware, models
 from pytest_vllm_perf.settings import Settings
-from pytest_vllm_perf.verdict import baseline, capacity_store, gate
+from pytest_vllm_perf.verdict import baseline, capacity_store, eligibility
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.thresholds import validate as validate_thresholds
 
@@ -191,7 +191,7 @@ def stored_baselines(node: pytest.Item, settings: Settings) -> list[str]:
     if problems or not settings.require_baseline:
         return problems
     platform = settings.platform or hardware.detect_platform()
-    found = gate.precheck(
+    found = eligibility.precheck(
         settings.baseline_dir,
         hardware.hardware_class(platform),
         test_id,

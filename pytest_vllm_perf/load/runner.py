@@ -24,11 +24,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import math
 import random
-import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -37,17 +35,15 @@ import aiohttp
 from pytest_vllm_perf.core import trace
 from pytest_vllm_perf.core.records import GaugeReading, PassRecord, Progress, RequestRecord
 from pytest_vllm_perf.core.workload import RequestClass, Workload
-from pytest_vllm_perf.load import client, prompts, scrape
+from pytest_vllm_perf.load import boundary, client, prompts, scrape
 from pytest_vllm_perf.serving.energy import EnergyMeter
 
-__all__ = ["GAUGES_EVERY_S", "Recording", "overload", "run"]
+__all__ = ["GAUGES_EVERY_S", "Recording", "run"]
 
 # Reading /metrics costs the API server time: on the 2-core CPU engine, reading it
 # every 0.5 s raised decode p99 ITL x1.32 (95% CI x1.18..x1.50) against not reading
 # it, in alternating passes of one boot (bench/results/gate_checks-cpu-decode-0.5s.md).
 GAUGES_EVERY_S = 2.0
-OVERLOAD_GROWTH = 2.0  # last-third / first-third median TTFT of an open-loop class
-OVERLOAD_MIN_ARRIVALS = 6
 
 
 @dataclass(frozen=True)
@@ -218,25 +214,31 @@ async def run(
         await _warmup(state)
         stop = asyncio.Event()
         reporter = asyncio.create_task(_report(state, stop, progress, progress_every_s))
-        passes: list[PassRecord] = []
         try:
             await _settle(state, settle, progress)  # progress goes on through it
-            state.t0 = time.perf_counter()
-            sampler = scrape.GaugeSampler(base_url, state.t0, gauges_every_s or GAUGES_EVERY_S)
-            with contextlib.ExitStack() as stack:
-                if gauges_every_s is not None:
-                    stack.enter_context(sampler)
-                stack.enter_context(_frozen_gc())
-                for i in range(first_index, first_index + repeat):
-                    if state.dead:  # died in the settle pass: measure() reports it
-                        break
-                    state.label = f" pass {i + 1}/{repeat}" if repeat > 1 else ""
-                    passes.append(await _pass(state, i))
-                    if state.dead:
-                        break
+            return await _measured(state, range(first_index, first_index + repeat), gauges_every_s)
         finally:
             stop.set()
             await reporter
+
+
+async def _measured(state: _Run, indices: range, gauges_every_s: float | None) -> Recording:
+    """The measured passes, the gauges read through them (unless ``gauges_every_s`` is
+    None) and the garbage collector frozen; until the server is seen dead."""
+    passes: list[PassRecord] = []
+    state.t0 = time.perf_counter()
+    sampler = scrape.GaugeSampler(state.base_url, state.t0, gauges_every_s or GAUGES_EVERY_S)
+    with contextlib.ExitStack() as stack:
+        if gauges_every_s is not None:
+            stack.enter_context(sampler)
+        stack.enter_context(_frozen_gc())
+        for i in indices:
+            if state.dead:  # died in the settle pass: measure() reports it
+                break
+            state.label = f" pass {i + 1}/{len(indices)}" if len(indices) > 1 else ""
+            passes.append(await _pass(state, i))
+            if state.dead:
+                break
     return Recording(tuple(passes), tuple(sampler.readings))
 
 
@@ -257,7 +259,7 @@ def _frozen_gc() -> Iterator[None]:
 
 async def _pass(state: _Run, index: int) -> PassRecord:
     """One pass of the workload; records are timed from the start of the whole run."""
-    before = await asyncio.to_thread(_boundary, state)
+    before = await asyncio.to_thread(boundary.boundary, state.base_url, state.energy)
     started_unix = time.time()
     start = time.perf_counter()
     workload = state.workload
@@ -277,7 +279,7 @@ async def _pass(state: _Run, index: int) -> PassRecord:
         done.set()
         await monitor
     ended = time.perf_counter()
-    after = await asyncio.to_thread(_boundary, state, True)
+    after = await asyncio.to_thread(boundary.boundary, state.base_url, state.energy, True)
     ramp = workload.effective_ramp_s
     ramp_end = start - state.t0 + ramp
     ordered = sorted(state.records, key=lambda r: r.start)
@@ -290,14 +292,14 @@ async def _pass(state: _Run, index: int) -> PassRecord:
         duration_s=window_s,
         start_s=start - state.t0,
         index=index,
-        counters=_pass_deltas(before, after),
+        counters=boundary.pass_deltas(before, after),
         ramp_s=ramp,
         ramp_requests=len(ordered) - len(kept),
         drain_s=max(0.0, ended - state.deadline),
-        overloaded=overload(workload, kept),
+        overloaded=boundary.overload(workload, kept),
         ramp_records=tuple(r for r in ordered if r.start < ramp_end),
         elapsed_s=ended - start,
-        client_lag_p99_ms=1000 * _p99(lags),
+        client_lag_p99_ms=1000 * boundary.p99(lags),
         started_unix=started_unix,
     )
 
@@ -313,84 +315,6 @@ async def _loop_lag(done: asyncio.Event, lags: list[float]) -> None:
         asked = time.perf_counter()
         await asyncio.sleep(LAG_EVERY_S)
         lags.append(max(0.0, time.perf_counter() - asked - LAG_EVERY_S))
-
-
-def _p99(values: list[float]) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-
-
-Boundary = tuple[Mapping[str, float] | None, float | None, bool]
-
-
-def _boundary(state: _Run, ending: bool = False) -> Boundary:
-    """One pass boundary's reads: the server's counters, its GPUs' energy (J), and
-    whether energy is metered at all. The energy is read nearest the pass (after the
-    scrape at its start, before it at its end), so that it spans the pass alone."""
-    meter = state.energy
-    joules = meter.read_j() if meter is not None and ending else None
-    counters = scrape.scrape(state.base_url)
-    if meter is not None and not ending:
-        joules = meter.read_j()
-    return counters, joules, meter is not None
-
-
-def _pass_deltas(before: Boundary, after: Boundary) -> dict[str, float]:
-    """The counters' deltas over a pass (``_counter_deltas``), with ``energy_j`` where
-    energy is metered (NaN when a read failed)."""
-    out = {}
-    if before[2]:
-        joules = (before[1], after[1])
-        out["energy_j"] = (
-            joules[1] - joules[0] if joules[0] is not None and joules[1] is not None else math.nan
-        )
-    return out | _counter_deltas(before[0], after[0])
-
-
-def _counter_deltas(
-    before: Mapping[str, float] | None, after: Mapping[str, float] | None
-) -> dict[str, float]:
-    """Counter deltas over a pass: NaN when a read failed (the verdict then fails on
-    it, rather than losing the counter), absent when the server exports none."""
-    if before is None or after is None:
-        return {"preemptions": math.nan}
-    out = {}
-    for key, names in scrape.COUNTERS.items():
-        b, a = scrape.first(before, names), scrape.first(after, names)
-        if b is not None and a is not None:
-            out[key] = a - b
-        elif b is not None or a is not None:
-            out[key] = math.nan
-    return out
-
-
-def overload(workload: Workload, records: tuple[RequestRecord, ...]) -> str:
-    """Why a pass's open-loop arrivals outpaced the server, or "" when they did not.
-
-    Under a stable load TTFT does not depend on when a request arrived; when
-    arrivals outpace completions the queue, and with it TTFT, grows through the
-    pass. So: the median TTFT of the last third of a class's arrivals against the
-    first third's.
-    """
-    for cls in workload.classes:
-        if not cls.rate and not cls.trace:  # closed-loop users wait: no queue grows
-            continue
-        ttfts = [
-            r.ttft if r.ttft is not None else float("inf") for r in records if r.cls == cls.name
-        ]
-        if len(ttfts) < OVERLOAD_MIN_ARRIVALS:
-            continue
-        third = len(ttfts) // 3
-        early, late = statistics.median(ttfts[:third]), statistics.median(ttfts[-third:])
-        if early > 0 and late / early >= OVERLOAD_GROWTH:
-            return (
-                f"class {cls.name!r}: TTFT grew x{late / early:.1f} from the first to the "
-                "last third of its arrivals; arrivals outpace completions, so its latencies "
-                "measure a growing queue (lower its rate)"
-            )
-    return ""
 
 
 async def _warmup(state: _Run) -> None:

@@ -24,7 +24,9 @@ from pytest_vllm_perf.core.records import (
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.measure.plan import measure
 from pytest_vllm_perf.serving.pool import ServerHandle
-from pytest_vllm_perf.verdict import capacity, capacity_store, gate, thresholds
+from pytest_vllm_perf.verdict import capacity, capacity_store, thresholds
+from pytest_vllm_perf.verdict import capacity_gate as stored_capacity
+from pytest_vllm_perf.verdict import capacity_search as searches
 from pytest_vllm_perf.verdict.compare import STORED_ALPHA
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.sequential import DEFAULT_ALPHA
@@ -43,7 +45,7 @@ class CapacityRun:
     seconds: float
     base: capacity.Search | None = None
     verdict: MetricVerdict | None = None
-    stored: gate.CapacityGate | None = None  # what the stored baseline made of it
+    stored: stored_capacity.CapacityGate | None = None  # what the stored baseline made of it
     provenance: Provenance | None = None  # the (candidate) side's server
     base_provenance: Provenance | None = None
 
@@ -94,7 +96,9 @@ class CapacityRun:
         if self.stored is not None:
             verdict = self.stored.result(line)
         elif self.verdict is not None and self.base_provenance is not None:
-            verdict = gate.capacity_ab(self.verdict, self.base_provenance, self.provenance, line)
+            verdict = stored_capacity.capacity_ab(
+                self.verdict, self.base_provenance, self.provenance, line
+            )
         sides = {"candidate": self.search, "base": self.base}
         search = {
             "class": self.cls,
@@ -198,7 +202,7 @@ def capacity_search(
     target = _capacity_target(workload, slo, cls)
     started = time.monotonic()
     trial = _capacity_trial(handle, workload, target.name, slo, progress)
-    found = capacity.search(trial, target.rate, tolerance, max_passes)
+    found = searches.search(trial, target.rate, tolerance, max_passes)
     spent = time.monotonic() - started
     return CapacityRun(found, target.name, dict(slo), spent, provenance=handle.provenance)
 
@@ -215,9 +219,9 @@ def capacity_gate(
     alpha: float = STORED_ALPHA,
 ) -> CapacityRun:
     """A capacity search judged against its stored baseline at ``tolerance``, or saved
-    as it (``gate.capacity``); ``alpha``: the test's one-sided false-alarm bound, its
-    share of --vllm-stored-run-alpha."""
-    stored = gate.capacity(
+    as it (``verdict.capacity_gate.capacity``); ``alpha``: the test's one-sided
+    false-alarm bound, its share of --vllm-stored-run-alpha."""
+    stored = stored_capacity.capacity(
         test_id,
         found.search,
         found.slo,
@@ -246,7 +250,7 @@ def capacity_ab(
     """Both sides' capacity under one SLO and the verdict on their ratio at
     ``tolerance``, ``regressed`` at one-sided level ``alpha`` (an A/B test's, or its
     share of --vllm-ab-run-alpha). Resident sides (two handles) search pass by pass in turn, ABBA
-    (``capacity.interleave``); sides booted in turn (two callables,
+    (``verdict.capacity_search.interleave``); sides booted in turn (two callables,
     ``--vllm-ab-mode=sequential``) search one after the other, base first, so that
     each side boots once."""
     target = _capacity_target(workload, slo, cls)
@@ -259,12 +263,12 @@ def capacity_ab(
     }
 
     def steps() -> Generator[float, float, capacity.Search]:
-        return capacity.searching(target.rate, tolerance, max_passes)
+        return searches.searching(target.rate, tolerance, max_passes)
 
     if callable(base) and callable(candidate):
-        found = {side: capacity.interleave({side: steps()}, trials)[side] for side in sources}
+        found = {side: searches.interleave({side: steps()}, trials)[side] for side in sources}
     else:
-        found = capacity.interleave({side: steps() for side in sources}, trials)
+        found = searches.interleave({side: steps() for side in sources}, trials)
     verdict = capacity.judge(found["base"], found["candidate"], tolerance, alpha)
     return CapacityRun(
         found["candidate"],

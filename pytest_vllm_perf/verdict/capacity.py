@@ -1,5 +1,5 @@
 """Capacity under an SLO: the highest open-loop request rate at which the SLO holds,
-with a 95% interval (the statistics, ahead of the search that feeds them).
+with a 95% interval: the statistics (the search that feeds them is ``capacity_search``).
 
 **The model.** A pass at rate ``r`` has an SLO margin ``m``: the largest of its measured
 values over their limits (p99 TTFT over the TTFT limit, p99 ITL over the ITL limit), so
@@ -14,15 +14,6 @@ errors, with Student's t on n - 2 degrees of freedom). It is bounded only when t
 is significant: passes that do not tell a rising margin from noise give an unbounded
 interval, never a made-up one. ``bench/capacity_coverage.py`` checks its coverage in a
 seeded simulation of the model, including heavier-tailed noise.
-
-**The search** (:func:`search`) spends passes where they inform the fit: it brackets
-the capacity by doubling or halving the rate, bisects the bracket in log rate, then
-runs rounds of passes at x0.9, x1 and x1.1 of the current estimate, fitting the passes
-within x1.3 of it (close, because a margin that bends over a wide range misplaces the
-crossing), until the interval is narrower than the tolerance on two rounds running
-or the passes run out (stopping on the first narrow interval covered 0.92: narrow by
-chance is narrow too soon). Every pass counts in the fit that is near enough; none is
-repeated for its own sake.
 
 **Two capacities** (``judge``: an A/B run, or a stored baseline) are compared as a
 ratio with a 95% interval on the log scale: each fit's standard error of log capacity
@@ -39,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -55,11 +46,8 @@ __all__ = [
     "Capacity",
     "Search",
     "fit",
-    "interleave",
     "judge",
     "margin",
-    "search",
-    "searching",
     "t_975",
 ]
 
@@ -196,120 +184,6 @@ class Search:
         return self.capacity.rps if self.resolved and self.capacity else self.held
 
 
-NEAR: Final = 1.3  # passes within this factor of the estimate enter the fit
-ROUND: Final = (0.9, 1.0, 1.1)  # one round of passes around the estimate
-BISECTIONS: Final = 2
-
-
-def searching(
-    start_rps: float, tolerance: float = 0.1, max_passes: int = 30
-) -> Generator[float, float, Search]:
-    """The search as a generator: it yields the rate of the next pass and is sent that
-    pass's SLO margin; it returns the ``Search`` (``search`` drives one, ``interleave``
-    two). Stops when the 95% interval's high / low is within ``1 + tolerance``."""
-    if start_rps <= 0 or tolerance <= 0 or max_passes < 3:
-        raise ValueError("a capacity search needs a rate > 0, a tolerance > 0 and 3 passes")
-    rates: list[float] = []
-    margins: list[float] = []
-
-    def done(capacity: Capacity | None, converged: bool) -> Search:
-        return Search(capacity, tuple(rates), tuple(margins), converged)
-
-    # bracket: the highest rate seen to hold, the lowest seen to break
-    low = high = math.nan
-    rate = start_rps
-    while len(rates) < max_passes:
-        rates.append(rate)
-        margins.append((yield rate))
-        if margins[-1] <= 1:
-            low = rate
-            if math.isfinite(high):
-                break
-            rate *= 2
-        else:
-            high = rate
-            if math.isfinite(low):
-                break
-            rate /= 2
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return done(None, False)
-    for _ in range(BISECTIONS):
-        if len(rates) >= max_passes:
-            break
-        mid = math.sqrt(low * high)
-        rates.append(mid)
-        margins.append((yield mid))
-        if margins[-1] <= 1:
-            low = mid
-        else:
-            high = mid
-    estimate = math.sqrt(low * high)
-    found: Capacity | None = None
-    confirmed = False
-    while len(rates) + len(ROUND) <= max_passes:
-        for factor in ROUND:
-            rates.append(estimate * factor)
-            margins.append((yield estimate * factor))
-        near = [
-            (r, m)
-            for r, m in zip(rates, margins, strict=True)
-            if estimate / NEAR <= r <= estimate * NEAR
-        ]
-        try:
-            found = fit([r for r, _ in near], [m for _, m in near])
-        except ValueError:
-            continue
-        if found.bounded and found.high / found.low <= 1 + tolerance:
-            if confirmed or len(rates) + len(ROUND) > max_passes:
-                return done(found, True)
-            # narrow by chance is narrow too soon: one more round whose fit must be
-            # narrow too raised a single search's coverage by about a point (0.922-0.943
-            # to 0.929-0.938, tests/unit/test_capacity.py) and kept the ratio of two
-            # searches within 3 points of 95% (0.913 without it at x0.8)
-            confirmed = True
-            continue
-        confirmed = False
-        if math.isfinite(found.rps) and found.rps > 0:
-            # move toward the fit, but no further than the bracket allows
-            estimate = min(max(found.rps, low / 2), high * 2)
-    return done(found, False)
-
-
-def search(
-    trial: Callable[[float], float],
-    start_rps: float,
-    tolerance: float = 0.1,
-    max_passes: int = 30,
-) -> Search:
-    """Find the capacity by calling ``trial(rate)`` (one pass at that rate, returning
-    its SLO margin) at most ``max_passes`` times; stop when the 95% interval's
-    high / low is within ``1 + tolerance``."""
-    return interleave({"": searching(start_rps, tolerance, max_passes)}, {"": trial})[""]
-
-
-def interleave(
-    searches: Mapping[str, Generator[float, float, Search]],
-    trials: Mapping[str, Callable[[float], float]],
-) -> dict[str, Search]:
-    """Drive several searches pass by pass, alternating ABBA between them (as the A/B
-    passes of a run do), so that slow drift of the machine reaches every side alike;
-    a search that is done drops out and the others go on."""
-    pending = {side: next(steps) for side, steps in searches.items()}
-    found: dict[str, Search] = {}
-    order = list(searches)
-    while pending:
-        for side in order:
-            if side not in pending:
-                continue
-            try:
-                pending[side] = searches[side].send(trials[side](pending[side]))
-            except StopIteration as stop:
-                found[side] = stop.value
-                del pending[side]
-        order.reverse()
-    return found
-
-
 # A capacity verdict's one-sided false-alarm bound when no run budget is shared: the
 # lower tail of the printed 95% interval.
 ALPHA: Final = 0.025
@@ -406,35 +280,17 @@ def _joint(
         if math.isfinite(m) and m > 0 and r > 0
     ]
     counts = [sum(1 for side, _, _ in rows if side == k) for k in (0, 1)]
+    points = (base.capacity.rps if base.capacity else math.nan,
+              current.capacity.rps if current.capacity else math.nan)  # fmt: skip
     unresolved = MetricVerdict(
-        METRIC,
-        base.capacity.rps if base.capacity else math.nan,
-        current.capacity.rps if current.capacity else math.nan,
-        point,
-        math.nan,
-        math.nan,
-        tolerance,
-        Verdict.INCONCLUSIVE,
+        METRIC, *points, point, math.nan, math.nan, tolerance, Verdict.INCONCLUSIVE,
         "not resolved: a side's fit and the joint fit have no bounded interval "
         f"(single passes held up to {base.held:.3g} / {current.held:.3g} req/s)",
-    )
+    )  # fmt: skip
     if min(counts) < 2 or len(rows) < 5:
         return unresolved
-    x = np.array([[side == 0, side == 1, math.log(r)] for side, r, _ in rows], dtype=float)
-    y = np.log([m for _, _, m in rows])
-    xtx_inv = np.linalg.pinv(x.T @ x)
-    coef = xtx_inv @ x.T @ y
-    dof = len(rows) - 3
-    s2 = float(((y - x @ coef) ** 2).sum() / dof)
-    cov = s2 * xtx_inv
-    # theta = log(current / base) = (a_base - a_current) / b = n / d
-    n = float(coef[0] - coef[1])
-    d = float(coef[2])
-    vnn = float(cov[0, 0] + cov[1, 1] - 2 * cov[0, 1])
-    vnd = float(cov[0, 2] - cov[1, 2])
-    vdd = float(cov[2, 2])
-    t2 = t_975(dof) ** 2
-    roots = _fieller(n, d, vnn, vnd, vdd, t2)
+    n, d, vnn, vnd, vdd, dof = _common_slope(rows)
+    roots = _fieller(n, d, vnn, vnd, vdd, t_975(dof) ** 2)
     if roots is None:
         return unresolved
     ratio = math.exp(n / d)
@@ -450,17 +306,27 @@ def _joint(
     verdict, p = _decide(standardised, dof, tolerance, alpha)
     basis = f"a side unresolved: joint fit of {len(rows)} passes with a common slope{_level(alpha)}"
     return MetricVerdict(
-        METRIC,
-        base.capacity.rps if base.capacity else math.nan,
-        current.capacity.rps if current.capacity else math.nan,
-        ratio,
-        low,
-        high,
-        tolerance,
-        verdict,
-        basis,
-        p_value=p,
+        METRIC, *points, ratio, low, high, tolerance, verdict, basis, p_value=p,
         p_holm=p,  # one gated metric: Holm leaves its p as it is
-        margin=DEFAULT_INDIFFERENCE * tolerance,
-        level=alpha,
-    )
+        margin=DEFAULT_INDIFFERENCE * tolerance, level=alpha,
+    )  # fmt: skip
+
+
+def _common_slope(
+    rows: Sequence[tuple[int, float, float]],
+) -> tuple[float, float, float, float, float, int]:
+    """The fit ``log m = a_side + b log r`` over both sides' (side, rate, margin) rows:
+    the log ratio's numerator ``a_base - a_current`` and denominator ``b``, their
+    variances and covariance, and the residual degrees of freedom."""
+    x = np.array([[side == 0, side == 1, math.log(r)] for side, r, _ in rows], dtype=float)
+    y = np.log([m for _, _, m in rows])
+    xtx_inv = np.linalg.pinv(x.T @ x)
+    coef = xtx_inv @ x.T @ y
+    dof = len(rows) - 3
+    cov = float(((y - x @ coef) ** 2).sum() / dof) * xtx_inv
+    # theta = log(current / base) = (a_base - a_current) / b = n / d
+    return (
+        float(coef[0] - coef[1]), float(coef[2]),
+        float(cov[0, 0] + cov[1, 1] - 2 * cov[0, 1]), float(cov[0, 2] - cov[1, 2]),
+        float(cov[2, 2]), dof,
+    )  # fmt: skip

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_vllm_perf.verdict import capacity, capacity_store
+from pytest_vllm_perf.verdict import capacity, capacity_search, capacity_store
 
 
 def test_a_noiseless_power_law_gives_the_capacity_exactly():
@@ -79,7 +79,7 @@ def test_the_search_brackets_bisects_and_stops_when_the_interval_is_narrow():
     and rounds around the estimate stop once high/low <= 1.1. Broken on purpose (the
     rate not doubled while the SLO holds), no bracket is found and this fails."""
     trial, calls = simulated(np.random.default_rng(3), 10.0, 0.05)
-    found = capacity.search(trial, start_rps=1.25, tolerance=0.1, max_passes=30)
+    found = capacity_search.search(trial, start_rps=1.25, tolerance=0.1, max_passes=30)
     assert found.converged and found.capacity is not None
     assert found.capacity.low <= 10.0 <= found.capacity.high
     assert found.capacity.high / found.capacity.low <= 1.1
@@ -95,7 +95,7 @@ def test_the_search_interval_covers_the_capacity_about_95_percent_of_the_time():
     held = runs = 0
     for _ in range(300):
         trial, _ = simulated(rng, 10.0, 0.15)
-        found = capacity.search(trial, start_rps=4.0, tolerance=0.15, max_passes=30)
+        found = capacity_search.search(trial, start_rps=4.0, tolerance=0.15, max_passes=30)
         if found.capacity is None:
             continue
         runs += 1
@@ -105,7 +105,7 @@ def test_the_search_interval_covers_the_capacity_about_95_percent_of_the_time():
 
 
 def test_a_search_that_never_breaks_the_slo_says_so():
-    found = capacity.search(lambda rate: 0.5, start_rps=1.0, max_passes=6)
+    found = capacity_search.search(lambda rate: 0.5, start_rps=1.0, max_passes=6)
     assert found.capacity is None and not found.converged and found.passes == 6
 
 
@@ -114,7 +114,7 @@ def test_an_unresolved_search_reports_its_bracket_and_checks_a_minimum_against_i
     shared cores): the fit's interval is unbounded, so its point is not the capacity;
     what held in a single pass is the evidence a minimum is checked against."""
     margins = iter([0.1, 0.2, 0.6, 1.3, 1.1, 0.9, 1.2, 0.8, 1.1, 0.9, 1.0, 0.95, 1.05])
-    found = capacity.search(lambda rate: next(margins), start_rps=1.0, max_passes=13)
+    found = capacity_search.search(lambda rate: next(margins), start_rps=1.0, max_passes=13)
     assert not found.resolved
     assert found.held == max(r for r, m in zip(found.rates, found.margins, strict=True) if m <= 1)
     assert found.broke == min(r for r, m in zip(found.rates, found.margins, strict=True) if m > 1)
@@ -131,7 +131,7 @@ def test_a_search_that_stops_at_10_percent_still_covers_95_percent(start):
     held = runs = 0
     for _ in range(1000):
         trial, _ = simulated(rng, 10.0, 0.15)
-        found = capacity.search(trial, start_rps=start, tolerance=0.1, max_passes=24)
+        found = capacity_search.search(trial, start_rps=start, tolerance=0.1, max_passes=24)
         if found.resolved and found.capacity:
             runs += 1
             held += found.capacity.low <= 10.0 <= found.capacity.high
@@ -141,7 +141,7 @@ def test_a_search_that_stops_at_10_percent_still_covers_95_percent(start):
 
 def search_of(true_rps: float, rng: np.random.Generator, sigma: float = 0.15):
     trial, _ = simulated(rng, true_rps, sigma)
-    return capacity.search(trial, start_rps=4.0, tolerance=0.1, max_passes=24)
+    return capacity_search.search(trial, start_rps=4.0, tolerance=0.1, max_passes=24)
 
 
 def test_the_ratio_of_two_searched_capacities_covers_and_catches_a_20_percent_loss():
@@ -167,7 +167,7 @@ def test_the_verdict_does_not_hide_a_side_without_a_fit():
     slope); one at which no pass held the SLO, while the base's did, is regressed."""
     rng = np.random.default_rng(4)
     rates = np.repeat([8.0, 10.0, 12.5], 3)
-    base = capacity.search(simulated(rng, 10.0, 0.05)[0], 4.0, 0.1, 24)
+    base = capacity_search.search(simulated(rng, 10.0, 0.05)[0], 4.0, 0.1, 24)
     noisy = np.exp(3.0 * np.log(rates / 4 / 2.5) + rng.normal(0, 0.05, 9))  # a quarter
     current = capacity.Search(None, tuple(rates / 4), tuple(noisy), False)
     verdict = capacity.judge(base, current, 0.1)
@@ -184,8 +184,8 @@ def test_two_searches_alternate_pass_by_pass_abba():
     def trial(side):
         return lambda rate: order.append(side) or (rate / 10.0) ** 3
 
-    found = capacity.interleave(
-        {s: capacity.searching(4.0, 0.1, 12) for s in ("base", "candidate")},
+    found = capacity_search.interleave(
+        {s: capacity_search.searching(4.0, 0.1, 12) for s in ("base", "candidate")},
         {s: trial(s) for s in ("base", "candidate")},
     )
     assert order[:6] == ["base", "candidate", "candidate", "base", "base", "candidate"]
@@ -198,33 +198,37 @@ def test_a_stored_search_reads_back_and_a_corrupt_one_is_named(tmp_path):
     BaselineError naming it, and is left as it is."""
     from pytest_vllm_perf.core.errors import BaselineError
     from pytest_vllm_perf.core.records import Environment, GateStatus, Provenance
-    from pytest_vllm_perf.verdict import gate
+    from pytest_vllm_perf.verdict import capacity_gate, gate
 
     env = Environment("cpu", "cpu-test", "0.32.0", "2.13", "3.11", model="m")
     provenance = Provenance("default", {"name": "default"}, "h", (), (), env)
-    found = capacity.search(simulated(np.random.default_rng(2), 10.0, 0.05)[0], 4.0, 0.1, 24)
+    found = capacity_search.search(simulated(np.random.default_rng(2), 10.0, 0.05)[0], 4.0, 0.1, 24)
     slo = {"itl_p99_ms": 100.0}
-    missing = gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1)
+    missing = capacity_gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1)
     assert missing.status is GateStatus.MISSING and "no capacity baseline" in missing.note
-    saved = gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1, gate.SaveMode.SAVE)
+    saved = capacity_gate.capacity(
+        "t.py::t", found, slo, "w", provenance, tmp_path, 0.1, gate.SaveMode.SAVE
+    )
     stored, _ = capacity_store.load_capacity(saved.path)  # rounded to 6 places, as baselines are
     assert stored.rates == pytest.approx(found.rates, abs=1e-6)
     assert stored.margins == pytest.approx(found.margins, abs=1e-6)
     assert stored.capacity.rps == pytest.approx(found.capacity.rps, rel=1e-6)
     assert stored.capacity.df == found.capacity.df and stored.converged == found.converged
-    same = gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1)
+    same = capacity_gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1)
     assert same.status is GateStatus.COMPARED and same.verdict.verdict == "unchanged"
-    other = gate.capacity("t.py::t", found, {"itl_p99_ms": 50.0}, "w", provenance, tmp_path, 0.1)
+    other = capacity_gate.capacity(
+        "t.py::t", found, {"itl_p99_ms": 50.0}, "w", provenance, tmp_path, 0.1
+    )
     assert other.status is GateStatus.WORKLOAD_CHANGED and other.verdict is None
     upgraded = dataclasses.replace(
         provenance, environment=dataclasses.replace(env, vllm_version="0.33.0")
     )
-    release = gate.capacity("t.py::t", found, slo, "w", upgraded, tmp_path, 0.1)
+    release = capacity_gate.capacity("t.py::t", found, slo, "w", upgraded, tmp_path, 0.1)
     assert release.status is GateStatus.OTHER_RELEASE and not release.verdict.gated
     assert not release.regressed
     saved.path.write_text('{"schema": 1, "kind": "capacity"}')
     with pytest.raises(BaselineError, match=str(saved.path)):
-        gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1)
+        capacity_gate.capacity("t.py::t", found, slo, "w", provenance, tmp_path, 0.1)
     assert saved.path.read_text() == '{"schema": 1, "kind": "capacity"}'
 
 
@@ -270,7 +274,7 @@ def test_capacity_is_judged_by_every_metric_s_rule():
             seen.add(str(v.verdict))
     assert {"regressed", "unchanged"} <= seen, seen
     rates = np.repeat([8.0, 10.0, 12.5], 3)
-    base = capacity.search(simulated(rng, 10.0, 0.05)[0], 4.0, 0.1, 24)
+    base = capacity_search.search(simulated(rng, 10.0, 0.05)[0], 4.0, 0.1, 24)
     noisy = np.exp(3.0 * np.log(rates / 4 / 2.5) + rng.normal(0, 0.05, 9))
     joint = capacity.judge(base, capacity.Search(None, tuple(rates / 4), tuple(noisy), False), 0.1)
     assert "joint fit" in joint.basis and joint.p_value < 0.05 and joint.verdict == "regressed"

@@ -22,7 +22,7 @@ from pytest_vllm_perf.core.records import (
     RequestRecord,
 )
 from pytest_vllm_perf.core.workload import RequestClass, Workload
-from pytest_vllm_perf.load import runner
+from pytest_vllm_perf.load import boundary
 from pytest_vllm_perf.report import cost, document, text
 from pytest_vllm_perf.serving import energy
 from pytest_vllm_perf.verdict import stats
@@ -85,10 +85,10 @@ def test_a_pass_gets_its_joules_and_a_failed_read_is_nan(monkeypatch):
     (never 0: a counter that did not move); unmetered, no ``energy_j`` at all."""
     reads = {"ok": ({"vllm:num_preemptions_total": 1.0}, 100.0, True)}
     after = ({"vllm:num_preemptions_total": 1.0}, 350.5, True)
-    deltas = runner._pass_deltas(reads["ok"], after)
+    deltas = boundary.pass_deltas(reads["ok"], after)
     assert deltas["energy_j"] == pytest.approx(250.5) and deltas["preemptions"] == 0
-    assert math.isnan(runner._pass_deltas(reads["ok"], (after[0], None, True))["energy_j"])
-    assert "energy_j" not in runner._pass_deltas((after[0], None, False), (after[0], None, False))
+    assert math.isnan(boundary.pass_deltas(reads["ok"], (after[0], None, True))["energy_j"])
+    assert "energy_j" not in boundary.pass_deltas((after[0], None, False), (after[0], None, False))
 
 
 CHAT = RequestClass("chat", prompt_tokens=8, output_tokens=50, users=1)

@@ -41,7 +41,7 @@ def test_one_boot_is_required_to_be_two_until_the_hardware_holds_two(tmp_path):
     hardware lifts it for every test."""
     import json
 
-    from pytest_vllm_perf.verdict import gate
+    from pytest_vllm_perf.verdict import eligibility
 
     decode = Path(__file__).parents[2] / (
         ".vllm-perf/1x-nvidia-h200/examples-test_decode.py-test_decode/default.json"
@@ -52,10 +52,13 @@ def test_one_boot_is_required_to_be_two_until_the_hardware_holds_two(tmp_path):
     path.parent.mkdir(parents=True)
     one = {**doc, "boots": doc["boots"][:1]}
     path.write_text(json.dumps(one), encoding="utf-8")
-    found = gate.precheck(tmp_path, hw, test, "default", doc["workload_hash"], None, None)
+    found = eligibility.precheck(tmp_path, hw, test, "default", doc["workload_hash"], None, None)
     assert found is not None and found[0] is GateStatus.ONE_BOOT, found
     assert "--vllm-add-boot" in found[1]
     other = tmp_path / "1x-nvidia-h200" / "other-test" / "default.json"
     other.parent.mkdir(parents=True)
     other.write_text(json.dumps(doc), encoding="utf-8")  # two boots
-    assert gate.precheck(tmp_path, hw, test, "default", doc["workload_hash"], None, None) is None
+    assert (
+        eligibility.precheck(tmp_path, hw, test, "default", doc["workload_hash"], None, None)
+        is None
+    )

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_vllm_perf.core.records import PassRecord, RequestRecord
 from pytest_vllm_perf.core.workload import RequestClass, Workload
-from pytest_vllm_perf.load import runner, scrape
+from pytest_vllm_perf.load import boundary, scrape
 from pytest_vllm_perf.verdict import gate, stats
 
 # vLLM 0.32's exposition of two of its histograms, one engine, buckets abridged
@@ -38,7 +38,7 @@ def test_a_pass_keeps_each_histograms_sum_and_count_deltas():
         .replace("} 1.8", "} 4.5"),
         scrape.WANTED,
     )  # fmt: skip
-    deltas = runner._counter_deltas(before, after)
+    deltas = boundary.counter_deltas(before, after)
     assert deltas["server_itl_count"] == 90.0
     assert deltas["server_itl_sum"] == pytest.approx(2.7)
     assert deltas["server_ttft_count"] == 0.0
@@ -50,7 +50,7 @@ def test_a_pass_keeps_each_histograms_sum_and_count_deltas():
 def test_before_v0_11_inter_token_latency_had_the_old_name():
     old = EXPOSITION.replace("inter_token_latency", "time_per_output_token")
     values = scrape.parse(old, scrape.WANTED)
-    assert runner._counter_deltas(values, values)["server_itl_count"] == 0.0
+    assert boundary.counter_deltas(values, values)["server_itl_count"] == 0.0
 
 
 def test_a_pass_mean_is_the_delta_sum_over_the_delta_count_in_ms():

@@ -14,7 +14,7 @@ from pytest_vllm_perf import options
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.records import PassRecord, RequestRecord, Verdict
 from pytest_vllm_perf.core.workload import RequestClass, Workload
-from pytest_vllm_perf.load import runner, scrape
+from pytest_vllm_perf.load import boundary, scrape
 from pytest_vllm_perf.verdict import compare, drift, rules, sequential, stats
 
 MIXED = Workload(
@@ -180,11 +180,11 @@ def test_8_an_unreadable_metrics_endpoint_is_not_a_counter_that_did_not_move():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends: nothing listens there
     assert scrape.scrape(f"http://127.0.0.1:{port}", timeout_s=1.0) is None
-    assert math.isnan(runner._counter_deltas(None, {"vllm:num_preemptions_total": 3.0})[
+    assert math.isnan(boundary.counter_deltas(None, {"vllm:num_preemptions_total": 3.0})[
         "preemptions"])  # fmt: skip
-    assert runner._counter_deltas({}, {}) == {}  # a server that exports no counter
+    assert boundary.counter_deltas({}, {}) == {}  # a server that exports no counter
     exported = {"vllm:num_preemptions_total": 3.0}
-    assert runner._counter_deltas(exported, {"vllm:num_preemptions_total": 5.0}) == {
+    assert boundary.counter_deltas(exported, {"vllm:num_preemptions_total": 5.0}) == {
         "preemptions": 2.0
     }
     # and the pooled value, which thresholds check, is NaN: a threshold on it fails
