@@ -10,7 +10,7 @@ platform's default tolerances of each mode:
 - ``stored``: a baseline of 2 boots against a new boot (the gate across machines),
   the workload's ``gate`` at the stored tolerances;
 - ``ab``: both sides on one machine, alternated (``--vllm-ab``), ``gate`` plus
-  ``ab_gate`` at the A/B tolerances (``registry.AB_TOLERANCES``).
+  ``ab_gate`` at the A/B tolerances (``core.tolerances.AB_TOLERANCES``).
 
 The model is checked against the real passes it was fitted to: every boot in turn
 as the current run against two other boots as the baseline (all common passes),
@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             workload = workloads.named(name)
             gate = workload.gate
             # each mode gates its own set at its own tolerances (A/B adds ab_gate, at
-            # registry.AB_TOLERANCES); metrics the boots never recorded are left out
+            # core.tolerances.AB_TOLERANCES); metrics the boots never recorded are left out
             gated = {"stored": gate, "ab": (*gate, *workload.ab_gate)}
             tols = {m: default_tolerances(platform, ab=m == "ab") for m in noise.MODES}
             tol = tols["stored"]

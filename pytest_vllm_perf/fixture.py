@@ -116,7 +116,11 @@ class PerfFixture:
         positionally or as ``workload=`` (the marker's keyword); else the marker's.
         """
         outcome = self._costed(
-            _reported(lambda: self._run(workload, thresholds, tolerances, repeat, gate, overrides))
+            _reported(
+                lambda: self._run(
+                    self._plan(workload, thresholds, tolerances, repeat, gate, overrides)
+                )
+            )
         )
         self._collect(outcome)
         self.outcomes.append(outcome)
@@ -152,54 +156,12 @@ class PerfFixture:
         (without a bounded interval: the highest rate a pass held at), and under
         ``--vllm-require-baseline`` when no stored search can gate it."""
         load = self.workload(workload, **overrides)
-        settings = self._settings
-        test_id = marker.base_id(self._node)
-        if tolerance is None:
-            layers = measure.layered(
-                settings.tolerances,
-                self.server.provenance.profile_settings.get("tolerances"),
-                self._marker.get("tolerances"),
-            )
-            tolerance = tolerance_for(capacity.METRIC, layers)
-        assert tolerance is not None  # the registry gives capacity_rps one
-        if self.base_server is not None:
-            base, candidate = self.base_server, self._candidate_boot or self.server
-            found = _reported(
-                lambda: measure.capacity_ab(
-                    base,
-                    candidate,
-                    load,
-                    slo,
-                    cls,
-                    tolerance,
-                    max_passes,
-                    self._progress,
-                    alpha=settings.call_alpha(settings.ab_alpha, len(self.outcomes)),
-                )
-            )
-        else:
-            server = self.server
-            searched = _reported(
-                lambda: measure.capacity_search(
-                    server, load, slo, cls, tolerance, max_passes, self._progress
-                )
-            )
-            found = _reported(
-                lambda: measure.capacity_gate(
-                    searched,
-                    server,
-                    test_id,
-                    load,
-                    settings.baseline_dir,
-                    settings.save_mode,
-                    tolerance,
-                    settings.gate_other_release,
-                    alpha=settings.call_alpha(settings.stored_alpha, len(self.outcomes)),
-                )
-            )
+        tolerance = self._capacity_tolerance(tolerance)
+        found = self._searched(load, slo, cls, tolerance, max_passes)
         line = found.line()
         if self._progress is not None:
             self._progress(line)
+        test_id = marker.base_id(self._node)
         outcome = self._costed(
             found.outcome(
                 test_id + (f"#{len(self.outcomes) + 1}" if self.outcomes else ""), load, min_rps
@@ -213,13 +175,58 @@ class PerfFixture:
             problems.append(f"{line}: capacity regressed")
         if not outcome.passed:  # the fit, or with no bounded interval what held
             problems.append(f"{line}: below the minimum of {min_rps:g} req/s")
-        if result and settings.require_baseline and result.status in eligibility.CANNOT_GATE:
+        require = self._settings.require_baseline
+        if result and require and result.status in eligibility.CANNOT_GATE:
             problems.append(f"--vllm-require-baseline ({result.status}): {result.note}")
         if problems:
             pytest.fail("\n".join(dict.fromkeys(problems)), pytrace=False)
         return found
 
-    def _run(
+    def _capacity_tolerance(self, tolerance: float | None) -> float:
+        """The call's tolerance, else the marker's, the profile's or the ini's key for
+        ``capacity_rps``, else the registry's."""
+        if tolerance is None:
+            layers = measure.layered(
+                self._settings.tolerances,
+                self.server.provenance.profile_settings.get("tolerances"),
+                self._marker.get("tolerances"),
+            )
+            tolerance = tolerance_for(capacity.METRIC, layers)
+        assert tolerance is not None  # the registry gives capacity_rps one
+        return tolerance
+
+    def _searched(
+        self,
+        load: Workload,
+        slo: Mapping[str, float],
+        cls: str | None,
+        tolerance: float,
+        max_passes: int,
+    ) -> measure.CapacityRun:
+        """Both sides' searches in an A/B run, else this server's, gated by the stored one."""
+        settings, calls = self._settings, len(self.outcomes)
+        if self.base_server is not None:
+            base, candidate = self.base_server, self._candidate_boot or self.server
+            alpha = settings.call_alpha(settings.ab_alpha, calls)
+            return _reported(
+                lambda: measure.capacity_ab(base, candidate, load, slo, cls, tolerance,
+                                            max_passes, self._progress, alpha=alpha)
+            )  # fmt: skip
+        server = self.server
+        searched = _reported(
+            lambda: measure.capacity_search(
+                server, load, slo, cls, tolerance, max_passes, self._progress
+            )
+        )
+        return _reported(
+            lambda: measure.capacity_gate(
+                searched, server, marker.base_id(self._node), load, settings.baseline_dir,
+                settings.save_mode, tolerance, settings.gate_other_release,
+                alpha=settings.call_alpha(settings.stored_alpha, calls),
+            )
+        )  # fmt: skip
+
+    def _plan(
         self,
         spec: str | Workload | None,
         thresholds: Mapping[str, float] | None,
@@ -227,7 +234,9 @@ class PerfFixture:
         repeat: int | None,
         gate: Sequence[str],
         overrides: Mapping[str, Any],
-    ) -> Outcome:
+    ) -> measure.Plan:
+        """What one call measures: the workload, passes, thresholds and tolerances in
+        their layers (registry, ini, profile, marker, call), and its share of the budget."""
         keywords = self._marker
         test_id = marker.base_id(self._node)
         if self.outcomes:
@@ -265,6 +274,10 @@ class PerfFixture:
             {**(keywords.get("tolerances") or {}), **(tolerances or {})},
             plan.gate,
         )
+        return plan
+
+    def _run(self, plan: measure.Plan) -> Outcome:
+        """The plan measured: an A/B of the two sides, else against the stored baseline."""
         settings = self._settings
         if self.base_server is not None:
             candidate = self._candidate_boot or self.server

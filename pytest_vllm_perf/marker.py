@@ -118,8 +118,13 @@ def preflight(node: pytest.Item, settings: Settings) -> list[str]:
             f"{where}: unknown marker {name!r}: did you mean 'vllm_perf'?" for name in misspelled
         ]
     marker = marker_of(node)
-    if not marker:
-        return []
+    return _keyword_problems(node, marker, settings, where) if marker else []
+
+
+def _keyword_problems(
+    node: pytest.Item, marker: Mapping[str, Any], settings: Settings, where: str
+) -> list[str]:
+    """``preflight``'s checks of each keyword of a marker that has some."""
     problems: list[str] = []
 
     def check(keyword: str, action: Callable[[], object]) -> None:
@@ -147,15 +152,8 @@ def preflight(node: pytest.Item, settings: Settings) -> list[str]:
     check("tolerances", lambda: validate_tolerances(mapping("tolerances")))
     check("gate", gate)
     if "workload" in marker and not problems:  # its classes are known before a boot
-        check(
-            "classes",
-            lambda: check_classes(
-                workload_of(node, marker),
-                mapping("thresholds"),
-                mapping("tolerances"),
-                marker.get("gate", ()),
-            ),
-        )
+        classes = (mapping("thresholds"), mapping("tolerances"), marker.get("gate", ()))
+        check("classes", lambda: check_classes(workload_of(node, marker), *classes))
     if "repeat" in marker:
         check("repeat", lambda: pass_count(marker["repeat"], "repeat"))
     pinned = marker.get("profile")

@@ -229,6 +229,13 @@ OPTIONS: Final = (
     Option("--vllm-json", "vllm_json", path, None, "write all results as JSON to this path"),
     Option("--vllm-markdown", "vllm_markdown", path, None, "write a Markdown summary to this path"),
     Option(
+        "--vllm-html",
+        "vllm_html",
+        path,
+        None,
+        "write a self-contained HTML report to this path (plots inline with matplotlib)",
+    ),
+    Option(
         "--vllm-plots",
         "vllm_plots",
         path,

@@ -11,10 +11,13 @@ import dataclasses
 import functools
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,9 +25,12 @@ import pytest
 from pytest_vllm_perf import marker, options, state
 from pytest_vllm_perf.config.profiles import Profile
 from pytest_vllm_perf.core.errors import PlotsUnavailable, ServerError
+from pytest_vllm_perf.core.records import Outcome
+from pytest_vllm_perf.core.report import Report
 from pytest_vllm_perf.fixture import CostClock, PerfFixture
 from pytest_vllm_perf.marker import preflight, stored_baselines
-from pytest_vllm_perf.report import document, plots, sides, text
+from pytest_vllm_perf.report import cost, document, formats, plots, sides, text
+from pytest_vllm_perf.report.view import View
 from pytest_vllm_perf.serving import hardware, hub, server
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
 from pytest_vllm_perf.settings import Settings
@@ -281,13 +287,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state.stop_relay(config)  # the workers' last lines, before the summary
     outcomes = config.stash.get(state.OUTCOMES, [])
     if state.is_worker(config) and outcomes:
-        report = document.to_json(outcomes, state.run_record(config.stash[state.SETTINGS]))
-        config.workeroutput[state.WORKER_OUTPUT] = json.dumps(report, default=str)  # type: ignore[attr-defined]
+        report = document.build(outcomes, state.run_record(config.stash[state.SETTINGS]))
+        config.workeroutput[state.WORKER_OUTPUT] = json.dumps(report.to_json(), default=str)  # type: ignore[attr-defined]
     elif state.SETTINGS in config.stash and config.stash[state.SETTINGS].inconclusive == "exit":
         undecided = [o.gate.summary() for o in outcomes if o.gate is not None] + [
-            str((r.get("baseline") or {}).get("verdict", ""))
-            for _, doc in config.stash.get(state.WORKER_REPORTS, [])
-            for r in doc.get("results", [])
+            r.verdict for _, doc in config.stash.get(state.WORKER_REPORTS, []) for r in doc.results
         ]
         if session.exitstatus == pytest.ExitCode.OK and "inconclusive" in undecided:
             session.exitstatus = options.INCONCLUSIVE_EXIT
@@ -298,7 +302,25 @@ def pytest_testnodedown(node: Any, error: object) -> None:
     found = getattr(node, "workeroutput", {}).get(state.WORKER_OUTPUT)
     if found:
         name = str(getattr(node, "gateway", None) and node.gateway.id)
-        node.config.stash[state.WORKER_REPORTS].append((name, json.loads(found)))
+        report = Report.from_json(json.loads(found), f"worker {name}'s report")
+        node.config.stash[state.WORKER_REPORTS].append((name, report))
+
+
+def _pictures(outcomes: list[Outcome], settings: Settings, terminal: Any) -> list[Path]:
+    """The plots: into --vllm-plots, or for --vllm-html alone into a scratch folder whose
+    images the page carries inline (without matplotlib the page says why it has none)."""
+    html_only = settings.plots_dir is None and settings.report_paths.get("vllm_html")
+    folder = settings.plots_dir or (
+        Path(tempfile.mkdtemp(prefix="vllm-perf-plots-")) if html_only else None
+    )
+    if folder is None:
+        return []
+    try:
+        return plots.write(outcomes, folder)
+    except PlotsUnavailable as exc:
+        if settings.plots_dir:
+            terminal.write_line(f"vLLM perf plots not written: {exc}", red=True)
+        return []
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -309,34 +331,29 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if not outcomes or state.is_worker(config):
         return
     settings = config.stash[state.SETTINGS]
+    report = document.build(outcomes, state.run_record(settings))
     terminalreporter.section("vLLM perf summary")
-    for line in text.summary_lines(outcomes) + text.gate_notes(outcomes):
+    notes = text.gate_notes(outcomes)
+    for line in text.summary_lines(report.results) + notes:
         terminalreporter.write_line(line)
-    for line in text.cost_lines(outcomes):
+    for line in cost.lines(report.results):
         terminalreporter.write_line(line)
-    for line in sides.comparison_lines(outcomes):
+    sided = sides.comparison_lines(outcomes)
+    for line in sided:
         terminalreporter.write_line(line)
-    pictures = []
-    if settings.plots_dir:
-        try:
-            pictures = plots.write(outcomes, settings.plots_dir)
-        except PlotsUnavailable as exc:
-            terminalreporter.write_line(f"vLLM perf plots not written: {exc}", red=True)
+    pictures, notes = _pictures(outcomes, settings, terminalreporter), notes + sided
     wall_s = time.monotonic() - config.stash[state.STARTED]
     cuda = any(o.provenance.environment.platform == "cuda" for o in outcomes)
-    headline = text.verdict_line(outcomes, wall_s, hardware.gpu_count() if cuda else 0)
-    written = document.write_files(
-        outcomes,
-        json_path=settings.json_path,
-        markdown_path=settings.markdown_path,
-        step_summary=os.environ.get("GITHUB_STEP_SUMMARY"),
-        plots=pictures,
-        headline=headline,
-        run=state.run_record(settings),
-    )
+    headline = text.verdict_line(report.results, wall_s, hardware.gpu_count() if cuda else 0)
+    view = View(report, headline, tuple(notes), tuple(pictures), linked=bool(settings.plots_dir))
+    written = formats.write(view, settings.report_paths, os.environ.get("GITHUB_STEP_SUMMARY"))
+    if pictures and settings.plots_dir is None:  # drawn for the page alone
+        shutil.rmtree(pictures[0].parent, ignore_errors=True)
+        pictures = []
     for path in [*written, *pictures]:
         terminalreporter.write_line(f"vLLM perf report written: {path}")
     # last, so that it sits right above pytest's own count (which says "passed" for a
     # perf result that failed as expected, an xfail)
-    failed = headline.startswith("vLLM perf FAIL")
-    terminalreporter.write_line(headline, bold=True, red=failed, green=not failed)
+    terminalreporter.write_line(
+        headline.text, bold=True, red=headline.failed, green=not headline.failed
+    )

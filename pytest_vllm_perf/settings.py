@@ -23,6 +23,7 @@ from pytest_vllm_perf.core.errors import ProfileError, ThresholdError
 from pytest_vllm_perf.core.records import ABMode, Platform
 from pytest_vllm_perf.core.registry import validate_tolerances
 from pytest_vllm_perf.options import OPTIONS, ROOT_RELATIVE, unwritable
+from pytest_vllm_perf.report.formats import FORMATS
 from pytest_vllm_perf.verdict.compare import STORED_ALPHA
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.sequential import CALL_SHARE, DEFAULT_ALPHA
@@ -108,8 +109,7 @@ class Settings:
     boot_timeout_s: float
     cache_dir: Path
     baseline_dir: Path
-    json_path: Path | None
-    markdown_path: Path | None
+    report_paths: Mapping[str, Path | None]  # a report format's option -> its file
     plots_dir: Path | None
     repeat: int
     settle_passes: int | None = None  # None: auto (``settle_for``)
@@ -185,16 +185,7 @@ class Settings:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
-        values: dict[str, Any] = {}
-        for opt in OPTIONS:
-            raw, source = _raw(config, opt.ini)
-            if raw is None:
-                values[opt.ini] = None
-                continue
-            value = opt.convert(raw, source)
-            if opt.ini in ROOT_RELATIVE:
-                value = Path(config.rootpath, value)
-            values[opt.ini] = value
+        values = _values(config)
         save, add = _flag(config, "vllm_save_baseline"), _flag(config, "vllm_add_boot")
         if save and add:
             raise pytest.UsageError("--vllm-save-baseline and --vllm-add-boot exclude each other")
@@ -210,8 +201,7 @@ class Settings:
             boot_timeout_s=values["vllm_boot_timeout"],
             cache_dir=values["vllm_cache_dir"],
             baseline_dir=values["vllm_baseline_dir"],
-            json_path=values["vllm_json"],
-            markdown_path=values["vllm_markdown"],
+            report_paths={name: values[name] for name in FORMATS},
             plots_dir=values["vllm_plots"],
             repeat=values["vllm_repeat"],
             settle_passes=values["vllm_settle_passes"],
@@ -245,35 +235,55 @@ class Settings:
                 raise pytest.UsageError("--vllm-ab and --vllm-ab-rev exclude each other")
             found = _ab_rev(values["vllm_ab_rev"], settings.profiles_dir)
             settings = dataclasses.replace(settings, **found)
-        if settings.ab:
-            if settings.url is not None:
+        settings.check_profiles()
+        return settings
+
+    def check_profiles(self) -> None:
+        """Every profile a run will boot, and an A/B run's sides, read before any boot."""
+        if self.ab:
+            if self.url is not None:
                 raise pytest.UsageError(
                     "--vllm-url measures one server you started, and one server cannot be "
                     "both sides of an A/B run: drop --vllm-url, and each side boots its profile"
                 )
-            if mode is not SaveMode.COMPARE:
+            if self.save_mode is not SaveMode.COMPARE:
                 raise pytest.UsageError(
                     "--vllm-ab compares two live sides and stores nothing: "
                     "drop --vllm-save-baseline / --vllm-add-boot"
                 )
-            if settings.ab_base is not None:
+            if self.ab_base is not None:
                 try:
-                    read_profile(settings.ab_base, settings.profiles_dir)
+                    read_profile(self.ab_base, self.profiles_dir)
                 except ProfileError as exc:  # say which option named it
                     raise pytest.UsageError(f"--vllm-ab: {exc}") from None
             else:
-                for name in settings.profiles:
-                    settings.base_profile(name)  # fail before anything boots
-        if settings.profile_given:
-            for name in settings.profiles:
-                settings.load_profile(name)  # fail before anything boots
-        return settings
+                for name in self.profiles:
+                    self.base_profile(name)  # fail before anything boots
+        if self.profile_given:
+            for name in self.profiles:
+                self.load_profile(name)  # fail before anything boots
 
     def load_profile(self, name: str) -> Profile:
         try:
             return read_profile(name, self.profiles_dir)
         except ProfileError as exc:
             raise pytest.UsageError(str(exc)) from None
+
+
+def _values(config: pytest.Config) -> dict[str, Any]:
+    """Every option's value, converted by its table row (``options.OPTIONS``); the ones
+    named relative to the rootdir made absolute."""
+    values: dict[str, Any] = {}
+    for opt in OPTIONS:
+        raw, source = _raw(config, opt.ini)
+        if raw is None:
+            values[opt.ini] = None
+            continue
+        value = opt.convert(raw, source)
+        if opt.ini in ROOT_RELATIVE:
+            value = Path(config.rootpath, value)
+        values[opt.ini] = value
+    return values
 
 
 def _check_extras(config: pytest.Config, settings: Settings) -> None:

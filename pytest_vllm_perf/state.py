@@ -13,8 +13,10 @@ import pytest
 
 from pytest_vllm_perf.core.errors import VllmPerfError
 from pytest_vllm_perf.core.records import Outcome, Progress
+from pytest_vllm_perf.core.report import Report
 from pytest_vllm_perf.fixture import CostClock
-from pytest_vllm_perf.report import document, merged, relay
+from pytest_vllm_perf.report import formats, merged, relay
+from pytest_vllm_perf.report.view import View
 from pytest_vllm_perf.serving import hardware
 from pytest_vllm_perf.serving.pool import ServerPool
 from pytest_vllm_perf.settings import Settings
@@ -44,7 +46,7 @@ RELAY = pytest.StashKey[relay.Relay]()  # a pytest-xdist controller's relay of p
 OUTCOMES = pytest.StashKey[list[Outcome]]()
 STARTED = pytest.StashKey[float]()  # the session's start (time.monotonic), for its minutes
 # under pytest-xdist, on the controller: each worker's --vllm-json report, as it ended
-WORKER_REPORTS = pytest.StashKey[list[tuple[str, dict[str, Any]]]]()
+WORKER_REPORTS = pytest.StashKey[list[tuple[str, Report]]]()
 WORKER_OUTPUT: Final = "vllm_perf_report"
 # where a test's setup began, before its servers boot: what its CostClock counts from
 COST_MARK = pytest.StashKey[CostClock]()
@@ -158,14 +160,10 @@ def merged_summary(terminalreporter: Any, config: pytest.Config) -> None:
     lines, headline = merged.summary(doc, missing)
     for line in lines:
         terminalreporter.write_line(line)
-    written = document.write_report(
-        doc,
-        merged.markdown(doc, missing, headline),
-        settings.json_path,
-        settings.markdown_path,
-        os.environ.get("GITHUB_STEP_SUMMARY"),
-    )
+    view = View(doc, headline, missing=tuple(missing))
+    written = formats.write(view, settings.report_paths, os.environ.get("GITHUB_STEP_SUMMARY"))
     for path in written:
         terminalreporter.write_line(f"vLLM perf report written: {path}")
-    failed = headline.startswith("vLLM perf FAIL")
-    terminalreporter.write_line(headline, bold=True, red=failed, green=not failed)
+    terminalreporter.write_line(
+        headline.text, bold=True, red=headline.failed, green=not headline.failed
+    )

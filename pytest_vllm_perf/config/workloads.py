@@ -79,10 +79,10 @@ NAMED: Final[dict[str, Workload]] = {
         # output throughput x1.19: those two also count the host's rare stalls (pooled
         # ITL max 22 ms in one boot, 158 ms in another, same code), which differ by
         # machine, not config. Against a stored baseline TPOT and throughput are gated
-        # at the platform's wide tolerances (registry.PLATFORM_TOLERANCES, above that
+        # at the platform's wide tolerances (core.tolerances.PLATFORM_TOLERANCES, above that
         # spread), so that a collapse fails: on the CPU engine max_num_seqs 1 cut
         # throughput x0.46 while ITL p50, gated alone, passed. In an A/B run on one
-        # machine they are gated at 5% (registry.AB_TOLERANCES).
+        # machine they are gated at 5% (core.tolerances.AB_TOLERANCES).
         gate=("itl_p50_ms", "tpot_mean_ms", "output_throughput"),
         description=(
             "Steady streaming decode and nothing else: gates the median streamed gap "

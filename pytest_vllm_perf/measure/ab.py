@@ -18,6 +18,9 @@ from pytest_vllm_perf.serving.pool import SPLIT_NOTE, ServerHandle
 from pytest_vllm_perf.verdict import gate, thresholds
 from pytest_vllm_perf.verdict.sequential import Design, Look
 
+# a side's server: resident (a handle), or booted in turn when called (evicting the other)
+Source = ServerHandle | Callable[[], ServerHandle]
+
 
 def alternation(repeat: int) -> list[tuple[int, tuple[str, str]]]:
     """The A/B order: pass k on both sides, base first for even k (ABBA ABBA ...), so that
@@ -41,8 +44,8 @@ def blocks(repeat: int) -> list[tuple[str, range]]:
 
 def run_ab(
     plan: Plan,
-    base: ServerHandle | Callable[[], ServerHandle],
-    candidate: ServerHandle | Callable[[], ServerHandle],
+    base: Source,
+    candidate: Source,
     progress: Progress | None = None,
     note: str = "",
     baseline_dir: Path | None = None,
@@ -68,78 +71,9 @@ def run_ab(
     ``plan.most``. Each side first runs ``plan.settle`` unmeasured passes on each
     server it is measured on.
     """
-    recorded: dict[str, dict[int, Measurement]] = {"base": {}, "candidate": {}}
-    handles: dict[str, ServerHandle] = {}
-    sequential = callable(base) and callable(candidate)
-    sources = {"base": base, "candidate": candidate}
-    # booted in turn, the sides cannot add pairs without more boots: one look
-    most = plan.repeat if sequential else max(plan.repeat, plan.most)
-    design = Design(first=plan.repeat, most=most, alpha=plan.alpha)
-    looks = design.looks()
-    planned = looks[0].pairs
-
-    def one(side: str, k: int) -> None:
-        source = sources[side]
-        handle = source() if callable(source) else source
-        # a side settles before its first pass on each server it boots (CBBC reboots)
-        settle = plan.settle if handles.get(side) is not handle else 0
-        handles[side] = handle
-
-        def say(message: str) -> None:
-            if progress is not None:
-                progress(f"A/B pass {k + 1}/{planned} {side} ({handle.profile}): {message}")
-
-        say("starting")
-        recorded[side][k] = measure(handle, plan.workload, 1, say, first_index=k, settle=settle)
-
-    def judge(look: Look) -> tuple[dict[str, Measurement], GateResult]:
-        sides = {
-            side: assemble(
-                plan.workload,
-                [p for k in sorted(found) for p in found[k].passes],
-                [g for k in sorted(found) for g in found[k].gauges],
-            )
-            for side, found in recorded.items()
-        }
-        verdict = gate.ab(
-            sides["base"],
-            sides["candidate"],
-            handles["base"].provenance,
-            handles["candidate"].provenance,
-            plan.tolerances,
-            gate.gated_metrics(sides["candidate"], plan.gate, ab=True),
-            sequential=sequential,
-            look=look,
-            root=baseline_dir,
-        )
-        return sides, verdict
-
-    if sequential:
-        for side, passes in blocks(plan.repeat):
-            for k in passes:
-                one(side, k)
-        sides, verdict = judge(looks[0])
-    else:
-        done = 0
-        earlier: GateResult | None = None
-        for look in looks:
-            planned = look.pairs
-            for k, order in alternation(look.pairs)[done:]:
-                for side in order:
-                    one(side, k)
-            done = look.pairs
-            sides, verdict = judge(look)
-            if earlier is not None:
-                verdict = gate.carry_regressions(earlier, verdict)
-            earlier = verdict
-            open_metrics = gate.undecided(verdict)
-            if not open_metrics or look.last:
-                break
-            if progress is not None:
-                progress(
-                    f"A/B: undecided after {look.pairs} pairs ({', '.join(open_metrics)}): "
-                    f"{looks[look.number].pairs - look.pairs} more pairs"
-                )
+    sides_of = _Sides(plan, {"base": base, "candidate": candidate}, progress, baseline_dir)
+    sides, verdict = sides_of.in_blocks() if sides_of.sequential else sides_of.in_looks()
+    handles = sides_of.handles
     checks = thresholds.check(sides["candidate"].metrics, plan.thresholds)
     split = [n for n in handles["candidate"].provenance.engine_notes if n.startswith(SPLIT_NOTE)]
     for extra in (note, *split):
@@ -147,3 +81,94 @@ def run_ab(
             verdict = dataclasses.replace(verdict, note=f"{verdict.note}; {extra}")
     provenance = handles["candidate"].provenance
     return Outcome(plan.test_id, provenance, sides["candidate"], checks, verdict, sides["base"])
+
+
+class _Sides:
+    """Both sides of one A/B test as they are measured: each side's passes by schedule
+    index, the server each was last measured on, and the looks of the verdict."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        sources: dict[str, Source],
+        progress: Progress | None,
+        baseline_dir: Path | None,
+    ) -> None:
+        self.plan, self.sources, self.progress = plan, sources, progress
+        self.baseline_dir = baseline_dir
+        self.recorded: dict[str, dict[int, Measurement]] = {"base": {}, "candidate": {}}
+        self.handles: dict[str, ServerHandle] = {}
+        self.sequential = all(callable(s) for s in sources.values())
+        # booted in turn, the sides cannot add pairs without more boots: one look
+        most = plan.repeat if self.sequential else max(plan.repeat, plan.most)
+        self.looks = Design(first=plan.repeat, most=most, alpha=plan.alpha).looks()
+        self.planned = self.looks[0].pairs
+
+    def one(self, side: str, k: int) -> None:
+        """Pass ``k`` of ``side`` (booting its server first when booted in turn)."""
+        source = self.sources[side]
+        handle = source() if callable(source) else source
+        # a side settles before its first pass on each server it boots (CBBC reboots)
+        settle = self.plan.settle if self.handles.get(side) is not handle else 0
+        self.handles[side] = handle
+        progress, planned = self.progress, self.planned
+
+        def say(message: str) -> None:
+            if progress is not None:
+                progress(f"A/B pass {k + 1}/{planned} {side} ({handle.profile}): {message}")
+
+        say("starting")
+        self.recorded[side][k] = measure(
+            handle, self.plan.workload, 1, say, first_index=k, settle=settle
+        )
+
+    def judge(self, look: Look) -> tuple[dict[str, Measurement], GateResult]:
+        """Each side's passes so far as one measurement, and the verdict at ``look``."""
+        plan = self.plan
+        sides = {
+            side: assemble(
+                plan.workload,
+                [p for k in sorted(found) for p in found[k].passes],
+                [g for k in sorted(found) for g in found[k].gauges],
+            )
+            for side, found in self.recorded.items()
+        }
+        verdict = gate.ab(
+            sides["base"], sides["candidate"], self.handles["base"].provenance,
+            self.handles["candidate"].provenance, plan.tolerances,
+            gate.gated_metrics(sides["candidate"], plan.gate, ab=True),
+            sequential=self.sequential, look=look, root=self.baseline_dir,
+        )  # fmt: skip
+        return sides, verdict
+
+    def in_blocks(self) -> tuple[dict[str, Measurement], GateResult]:
+        """Sides booted in turn: the passes in blocks (CBBC), one look."""
+        for side, passes in blocks(self.plan.repeat):
+            for k in passes:
+                self.one(side, k)
+        return self.judge(self.looks[0])
+
+    def in_looks(self) -> tuple[dict[str, Measurement], GateResult]:
+        """Resident sides: pairs alternated ABBA, judged at each look until every gated
+        metric is decided or the pair budget is spent; a regression stays one."""
+        done = 0
+        earlier: GateResult | None = None
+        for look in self.looks:
+            self.planned = look.pairs
+            for k, order in alternation(look.pairs)[done:]:
+                for side in order:
+                    self.one(side, k)
+            done = look.pairs
+            sides, verdict = self.judge(look)
+            if earlier is not None:
+                verdict = gate.carry_regressions(earlier, verdict)
+            earlier = verdict
+            open_metrics = gate.undecided(verdict)
+            if not open_metrics or look.last:
+                break
+            if self.progress is not None:
+                self.progress(
+                    f"A/B: undecided after {look.pairs} pairs ({', '.join(open_metrics)}): "
+                    f"{self.looks[look.number].pairs - look.pairs} more pairs"
+                )
+        return sides, verdict

@@ -72,7 +72,7 @@ class Plan:
         stored_alpha: float = STORED_ALPHA,
     ) -> Plan:
         """Layer thresholds and tolerances, and validate every key (ThresholdError);
-        ``ab``: an A/B run, whose defaults are tighter (registry.AB_TOLERANCES)."""
+        ``ab``: an A/B run, whose defaults are tighter (core.tolerances.AB_TOLERANCES)."""
         limits = layered(DEFAULT_THRESHOLDS, *thresholds_layers)
         tol = layered(default_tolerances(platform, ab), *tolerance_layers)
         thresholds.validate(limits)

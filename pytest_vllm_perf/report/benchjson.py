@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from pytest_vllm_perf.core.registry import METRICS, split_key
+from pytest_vllm_perf.core.report import Report, ResultEntry
 from pytest_vllm_perf.verdict import reports
 
 __all__ = ["FORMAT_VERSION", "benchmarks", "document"]
@@ -74,10 +75,9 @@ def _seconds(key: str, value: float) -> float | None:
     return value / 1000 if found.unit == "ms" else None
 
 
-def benchmarks(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+def benchmarks(result: ResultEntry) -> list[dict[str, Any]]:
     """One benchmark per compared (and gated) metric of one report result."""
-    test, profile = str(result.get("test", "")), str(result.get("profile") or "")
-    passes = len(result.get("passes") or ())
+    test, profile, passes = result.test, result.profile, len(result.passes)
     out = []
     for key, values in reports.report_series(result).items():
         data = [s for s in (_seconds(key, v) for v in values) if s is not None]
@@ -97,8 +97,8 @@ def benchmarks(result: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "unit": unit,
                     "metric_unit": found.unit,
                     "inverted": found.higher_is_better,
-                    "profile_hash": result.get("profile_hash"),
-                    "environment": result.get("environment", {}),
+                    "profile_hash": result.setup.get("profile_hash"),
+                    "environment": dict(result.environment),
                 },
                 "options": {"passes": passes},
                 "stats": _stats(data),
@@ -108,7 +108,7 @@ def benchmarks(result: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def document(
-    report: Mapping[str, Any], commit: Mapping[str, Any], when: datetime | None = None
+    report: Report, commit: Mapping[str, Any], when: datetime | None = None
 ) -> dict[str, Any]:
     """The whole file: every result's benchmarks, the machine this was written on, the
     commit measured (``baseline.commit_info``'s fields)."""
@@ -125,7 +125,7 @@ def document(
             "cpu": {},
         },
         "commit_info": dict(commit),
-        "benchmarks": [b for r in report.get("results", ()) for b in benchmarks(r)],
+        "benchmarks": [b for r in report.results for b in benchmarks(r)],
         "datetime": stamp,
         "version": FORMAT_VERSION,
     }

@@ -2,17 +2,18 @@
 
 One field list (``FIELDS``) drives the terminal table, the Markdown table and the
 ``cost`` record of each ``--vllm-json`` result, so a session's report and a merge of
-several (``report.merged``) show the same columns. Rows are built from the JSON
-records, the plain data both have.
+several (``report.merged``) show the same columns. Rows are built from the typed
+report (``core.report``), the one document both have.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 from pytest_vllm_perf.core.records import Outcome
+from pytest_vllm_perf.core.report import JsonObject, ResultEntry
 
 __all__ = ["FIELDS", "lines", "markdown", "record"]
 
@@ -50,31 +51,29 @@ def _finite(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _cell(found: Mapping[str, Any], key: str, pattern: str) -> str:
+def _cell(found: JsonObject, key: str, pattern: str) -> str:
     value = found.get(key)
     return pattern.format(value) if isinstance(value, int | float) else "-"
 
 
-def _rows(results: Sequence[Mapping[str, Any]]) -> list[list[str]]:
-    rows = []
-    for r in results:
-        found = r.get("cost") or {}
-        cells = [_cell(found, key, pattern) for key, _, pattern in FIELDS]
-        rows.append([str(r.get("test")), str(r.get("profile")), *cells])
-    return rows
+def _rows(results: Sequence[ResultEntry]) -> list[list[str]]:
+    return [
+        [r.test, r.profile, *(_cell(r.cost, key, pattern) for key, _, pattern in FIELDS)]
+        for r in results
+    ]
 
 
 def _header() -> list[str]:
     return ["test", "profile", *(label for _, label, _ in FIELDS)]
 
 
-def _notes(results: Sequence[Mapping[str, Any]]) -> list[str]:
+def _notes(results: Sequence[ResultEntry]) -> list[str]:
     """Why energy is missing, once per reason."""
-    reasons = {str((r.get("cost") or {}).get("energy_note") or "") for r in results}
+    reasons = {str(r.cost.get("energy_note") or "") for r in results}
     return [f"energy not measured: {why}" for why in sorted(reasons) if why]
 
 
-def lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+def lines(results: Sequence[ResultEntry]) -> list[str]:
     """The cost table for a terminal, with why energy is missing; [] without results."""
     rows = _rows(results)
     if not rows:
@@ -87,7 +86,7 @@ def lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     return ["what each test cost:", *table, *_notes(results)]
 
 
-def markdown(results: Sequence[Mapping[str, Any]]) -> list[str]:
+def markdown(results: Sequence[ResultEntry]) -> list[str]:
     """The cost table as Markdown lines, with why energy is missing."""
     rows = _rows(results)
     if not rows:

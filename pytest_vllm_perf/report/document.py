@@ -1,22 +1,23 @@
-"""The report documents of a session: ``--vllm-json`` (every result, its passes,
-verdicts and cost) and ``--vllm-markdown`` (also the GitHub job summary), each
-written atomically."""
+"""The session's report: the ``--vllm-json`` document built from its outcomes (every
+result, its passes, verdicts and cost), read into the typed report every view reads
+(``build``), and the Markdown summary (also the GitHub job summary). ``formats``
+writes the files."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_vllm_perf.core import atomic, redact
+from pytest_vllm_perf.core import redact
 from pytest_vllm_perf.core.records import Measurement, MetricVerdict, Outcome
 from pytest_vllm_perf.core.registry import metrics_to_report, report_number
-from pytest_vllm_perf.report import cost, sides, text
+from pytest_vllm_perf.core.report import Headline, Report
+from pytest_vllm_perf.report import cost, text
 from pytest_vllm_perf.verdict import baseline
 
-__all__ = ["markdown", "to_json", "write_files", "write_report"]
+__all__ = ["build", "markdown", "to_json"]
 
 
 def _verdict_json(v: MetricVerdict) -> dict[str, Any]:
@@ -95,59 +96,29 @@ def to_json(outcomes: Sequence[Outcome], run: Mapping[str, Any] | None = None) -
     return redact.mapping({"results": results, **({"run": dict(run)} if run else {})})
 
 
+def build(outcomes: Sequence[Outcome], run: Mapping[str, Any] | None = None) -> Report:
+    """The session's typed report (``core.report``), which every view reads: built
+    through its JSON, so that what a view shows is what ``--vllm-json`` holds."""
+    return Report.from_json(to_json(outcomes, run))
+
+
 def markdown(
-    outcomes: Sequence[Outcome],
+    report: Report,
+    notes: Sequence[str] = (),
     plots: Sequence[Path] = (),
     base: Path | None = None,
-    headline: str = "",
+    headline: Headline | None = None,
 ) -> str:
+    """The Markdown summary (also the GitHub job summary): the line, the table, the
+    ``notes`` (the terminal's gate notes and side-by-side tables), cost and plots."""
     headers = text.summary_headers()
-    lines = ["## vLLM perf", ""] + ([f"**{headline}**", ""] if headline else [])
+    lines = ["## vLLM perf", ""] + ([f"**{headline.text}**", ""] if headline else [])
     lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(row) + " |" for row in text.outcome_rows(outcomes, markdown=True)]
-    notes = text.gate_notes(outcomes) + sides.comparison_lines(outcomes)
+    lines += ["| " + " | ".join(row) + " |" for row in text.result_rows(report.results, True)]
     if notes:
         lines += ["", "```", *notes, "```"]
-    lines += cost.markdown(text.cost_records(outcomes))
+    lines += cost.markdown(report.results)
     for plot in plots:
         target = os.path.relpath(plot, base) if base else str(plot)
         lines += ["", f"![{plot.stem}]({target})"]
     return "\n".join(lines) + "\n"
-
-
-def write_files(
-    outcomes: Sequence[Outcome],
-    json_path: Path | None,
-    markdown_path: Path | None,
-    step_summary: str | None,
-    plots: Sequence[Path] = (),
-    headline: str = "",
-    run: Mapping[str, Any] | None = None,
-) -> list[Path]:
-    """Write the requested reports; the Markdown also goes to the GitHub job summary."""
-    base = markdown_path.resolve().parent if markdown_path else None
-    text = markdown(outcomes, [p.resolve() for p in plots], base, headline)
-    report = to_json(outcomes, run) if json_path else None
-    return write_report(report, text, json_path, markdown_path, step_summary)
-
-
-def write_report(
-    report: Mapping[str, Any] | None,
-    markdown_text: str,
-    json_path: Path | None,
-    markdown_path: Path | None,
-    step_summary: str | None,
-) -> list[Path]:
-    """A report's JSON and Markdown, each written atomically where asked, the Markdown
-    also appended to the GitHub job summary: one session's, or a merge of several."""
-    written = []
-    if json_path and report is not None:
-        atomic.write_text(json_path, json.dumps(report, indent=1, sort_keys=True, default=str))
-        written.append(json_path)
-    if markdown_path:
-        atomic.write_text(markdown_path, markdown_text)
-        written.append(markdown_path)
-    if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as handle:
-            handle.write(markdown_text)
-    return written

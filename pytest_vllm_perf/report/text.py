@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 from pytest_vllm_perf.core.records import (
     Check,
@@ -22,22 +22,20 @@ from pytest_vllm_perf.core.records import (
     Verdict,
 )
 from pytest_vllm_perf.core.registry import METRICS, metrics_from_report, split_key
-from pytest_vllm_perf.report import cost
+from pytest_vllm_perf.core.report import Headline, ResultEntry
 from pytest_vllm_perf.verdict import stats
 
 __all__ = [
     "COLUMNS",
-    "cost_lines",
-    "cost_records",
     "describe_check",
     "describe_verdict",
     "fmt",
     "gate_notes",
+    "headline",
+    "interval",
     "label",
-    "outcome_rows",
     "regression_message",
     "result_rows",
-    "result_verdict",
     "summary_headers",
     "summary_lines",
     "table",
@@ -109,7 +107,7 @@ def threshold_message(checks: Sequence[Check]) -> str:
 
 def describe_verdict(v: MetricVerdict) -> str:
     over = f" over {v.basis}" if v.basis else ""
-    interval = _interval(v.low, v.high)
+    ci = interval(v.low, v.high)
     p = ""
     if not math.isnan(v.p_value) and not math.isnan(v.margin):
         # the decision: one-sided, of a change worse than the indifference margin
@@ -131,11 +129,11 @@ def describe_verdict(v: MetricVerdict) -> str:
     role = "" if v.gated else " [reported, not gated]"
     return (
         f"{v.metric}: {fmt(v.baseline)} -> {fmt(v.current)} "
-        f"(x{v.ratio:.3f}, {interval}{over}, tolerance {v.tolerance:.0%}{p}) {v.verdict}{role}"
+        f"(x{v.ratio:.3f}, {ci}{over}, tolerance {v.tolerance:.0%}{p}) {v.verdict}{role}"
     )
 
 
-def _interval(low: float, high: float) -> str:
+def interval(low: float, high: float) -> str:
     if math.isnan(low) or math.isnan(high):
         return "no interval"
     if low > 0 and math.isfinite(high):
@@ -171,74 +169,40 @@ def regression_message(gate: GateResult) -> str:
     return "\n".join(lines)
 
 
-def verdict(outcome: Outcome) -> str:
-    return outcome.gate.summary() if outcome.gate else "-"
-
-
-def _failures(o: Outcome) -> list[str]:
-    """Why one result failed, briefly: each regressed gated metric with its ratio, and
-    ``SLO`` where a threshold was missed; [] when it passed."""
-    why = [
-        f"{v.metric} x{v.ratio:.3g}" if math.isfinite(v.ratio) else f"{v.metric} (by rule)"
-        for v in sorted(
-            o.gate.regressions if o.gate else [], key=lambda v: not math.isfinite(v.ratio)
-        )
-    ]  # a rule's NaN ratio ("xnan") once led the line where a measured regression was
-    return why + ([] if o.passed else ["SLO"])
-
-
-def verdict_line(outcomes: Sequence[Outcome], wall_s: float, gpus: int) -> str:
+def verdict_line(results: Sequence[ResultEntry], wall_s: float, gpus: int) -> Headline:
     """The line a person reads first: PASS or FAIL, the failing results and what failed
     in each, the verdicts of the rest, and the session's wall and GPU minutes."""
-    failing = [(o, why) for o in outcomes if (why := _failures(o))]
     minutes = f"{wall_s / 60:.1f} min wall, " + (
         f"{wall_s * gpus / 60:.1f} GPU minutes ({gpus} GPU)" if gpus else "no GPU"
     )
-    if failing:
-        shown = [f"{o.test_id} [{o.profile}] {', '.join(why)}" for o, why in failing[:4]]
-        more = f" and {len(failing) - 4} more" if len(failing) > 4 else ""
-        head = f"FAIL: {len(failing)} of {len(outcomes)} results: {'; '.join(shown)}{more}"
-    else:
-        counts = Counter(verdict(o) for o in outcomes)
-        words = ", ".join(f"{n} {word}" for word, n in sorted(counts.items()))
-        head = f"PASS: {len(outcomes)} results ({words})"
-    return f"vLLM perf {head}; {minutes}"
+    failed, head = headline(results)
+    return Headline(failed, f"vLLM perf {head}; {minutes}")
 
 
-def _row(
-    test: str, profile: str, metrics: Mapping[str, float], passed: bool, said: str, markdown: bool
-) -> list[str]:
-    cells = [_cell(metrics, key) for key in COLUMNS]
-    slo = "pass" if passed else ("**FAIL**" if markdown else "FAIL")
-    return [f"`{test}`" if markdown else test, profile, *cells, slo, said]
+def headline(results: Sequence[ResultEntry], failing_too: Sequence[str] = ()) -> tuple[bool, str]:
+    """``PASS: n results (their verdicts)`` or ``FAIL: k of n results: what failed``;
+    ``failing_too``: more that failed the run (a merge's missing shards)."""
+    failing = [(r, why) for r in results if (why := r.failures())]
+    if failing or failing_too:
+        shown = "; ".join(f"{r.test} [{r.profile}] {', '.join(why)}" for r, why in failing[:4])
+        shown += f" and {len(failing) - 4} more" if len(failing) > 4 else ""
+        what = "; ".join(x for x in (shown, *failing_too) if x)
+        return True, f"FAIL: {len(failing)} of {len(results)} results: {what}"
+    counts = Counter(r.verdict for r in results)
+    words = ", ".join(f"{n} {word}" for word, n in sorted(counts.items()))
+    return False, f"PASS: {len(results)} results ({words})"
 
 
-def outcome_rows(outcomes: Sequence[Outcome], markdown: bool = False) -> list[list[str]]:
-    return [
-        _row(o.test_id, o.profile, o.result.metrics, o.passed, verdict(o), markdown)
-        for o in outcomes
-    ]
-
-
-def result_rows(results: Sequence[Mapping[str, Any]], markdown: bool = False) -> list[list[str]]:
-    """The summary table's rows from ``--vllm-json`` results (the reports of a
-    ``pytest -n N`` session's workers, or of shards), the same columns as a session's
-    own table: the merged summary once showed only test, profile and verdict."""
+def result_rows(results: Sequence[ResultEntry], markdown: bool = False) -> list[list[str]]:
+    """The summary table's rows, one per test and profile: a session's own, or the
+    merged reports of a ``pytest -n N`` session's workers or of shards."""
     rows = []
     for r in results:
-        metrics = metrics_from_report(r.get("metrics") or {})
-        passed = all(c.get("passed") for c in r.get("thresholds", ()))
-        said = result_verdict(r)
-        rows.append(
-            _row(str(r.get("test")), str(r.get("profile")), metrics, passed, said, markdown)
-        )
+        metrics = metrics_from_report(r.metrics)
+        cells = [_cell(metrics, key) for key in COLUMNS]
+        slo = "pass" if r.passed else ("**FAIL**" if markdown else "FAIL")
+        rows.append([f"`{r.test}`" if markdown else r.test, r.profile, *cells, slo, r.verdict])
     return rows
-
-
-def result_verdict(result: Mapping[str, Any]) -> str:
-    """A ``--vllm-json`` result's verdict as the summary shows it ("-" with no baseline)."""
-    gate = result.get("baseline")
-    return str(gate.get("verdict", "-")) if gate else "-"
 
 
 def summary_headers() -> list[str]:
@@ -246,19 +210,9 @@ def summary_headers() -> list[str]:
     return ["test", "profile", *(label(k) for k in COLUMNS), "SLO", "verdict"]
 
 
-def summary_lines(outcomes: Sequence[Outcome]) -> list[str]:
+def summary_lines(results: Sequence[ResultEntry]) -> list[str]:
     """One row per test and profile: the figures a perf reviewer looks at first."""
-    return table(summary_headers(), outcome_rows(outcomes))
-
-
-def cost_lines(outcomes: Sequence[Outcome]) -> list[str]:
-    """What each test cost (``report.cost``): boots, load, GPU-seconds and energy."""
-    return cost.lines(cost_records(outcomes))
-
-
-def cost_records(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
-    """Each result's cost as its JSON report has it, which ``report.cost`` tables."""
-    return [{"test": o.test_id, "profile": o.profile, "cost": cost.record(o)} for o in outcomes]
+    return table(summary_headers(), result_rows(results))
 
 
 def _burst_lines(where: str, o: Outcome) -> list[str]:

@@ -46,6 +46,7 @@ from pytest_vllm_perf.core.registry import (
     split_key,
     tolerance_for,
 )
+from pytest_vllm_perf.core.report import Report
 from pytest_vllm_perf.verdict import baseline, reports
 
 __all__ = [
@@ -84,33 +85,32 @@ def _median_and_spread(values: Sequence[float]) -> tuple[str, str]:
     return f"{statistics.median(values):.6g}", spread
 
 
-def rows_of(report: Mapping[str, Any], time: str, commit: str) -> list[dict[str, str]]:
+def rows_of(report: Report, time: str, commit: str) -> list[dict[str, str]]:
     """One history row per result of a ``--vllm-json`` report."""
     rows = []
-    for result in report.get("results", ()):
-        passes = result.get("passes") or ()
-        env = result.get("environment", {})
-        profile = result.get("profile") or ""
-        measured = json.dumps([p.get("metrics", {}) for p in passes], sort_keys=True)
-        if "capacity" in result:  # a search has no passes: told apart by its rates, margins
-            measured += json.dumps(result["capacity"], sort_keys=True)
+    for result in report.results:
+        env = result.environment
+        measured = json.dumps([dict(p.metrics) for p in result.passes], sort_keys=True)
+        if result.capacity is not None:  # a search has no passes: told apart by its rates
+            measured += json.dumps(dict(result.capacity), sort_keys=True)
         run_id = hashlib.sha256(
-            f"{result.get('test')}\0{profile}\0{measured}".encode()
+            f"{result.test}\0{result.profile}\0{measured}".encode()
         ).hexdigest()[:16]
         row = {
             "time": time, "run_id": run_id, "commit": commit,
             "vllm_version": str(env.get("vllm_version", "")), "model": str(env.get("model", "")),
             "hardware_class": str(env.get("hardware_class", "unknown")),
-            "platform": str(env.get("platform", "")), "test": str(result.get("test", "")),
-            "profile": profile, "profile_hash": str(result.get("profile_hash", "")),
-            "passes": str(len(passes)),
+            "platform": str(env.get("platform", "")), "test": result.test,
+            "profile": result.profile, "profile_hash": str(result.setup.get("profile_hash", "")),
+            "passes": str(len(result.passes)),
         }  # fmt: skip
         for key, values in reports.report_series(result).items():
             row[key], row[key + SPREAD] = _median_and_spread(values)
         # the medians leave out a failed request's infinite TTFT: the count says it
-        failed = [p.get("metrics", {}).get("failed") for p in passes]
-        if passes and all(isinstance(n, (int, float)) for n in failed):
-            row["failed"] = f"{sum(failed):g}"
+        failed = [p.metrics.get("failed") for p in result.passes]
+        counts = [n for n in failed if isinstance(n, int | float)]
+        if result.passes and len(counts) == len(failed):
+            row["failed"] = f"{sum(counts):g}"
         rows.append(row)
     return rows
 
@@ -298,7 +298,7 @@ def _commit() -> str:
     return str(found)[:12]
 
 
-def _load_report(path: Path) -> Mapping[str, Any]:
+def _load_report(path: Path) -> Report:
     try:
         return reports.read_report(path)
     except BaselineError as exc:
@@ -313,7 +313,7 @@ def _pg() -> Any:
     return history_pg
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vllm-perf history", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="action", required=True)
     add = sub.add_parser("append", help="--vllm-json reports into the history, one row per test")
@@ -335,29 +335,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--fail-recent", type=int, default=0, metavar="N",
         help="exit 1 when one of the last N runs starts a regression beyond the tolerance",
     )  # fmt: skip
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _append(args: argparse.Namespace) -> list[str]:
+    time = args.time or datetime.now(UTC).isoformat(timespec="seconds")
+    _epoch(time, Path("--time"), 0)
+    commit = args.commit if args.commit is not None else _commit()
+    rows = [r for p in args.reports for r in rows_of(_load_report(p), time, commit)]
+    return _pg().pg_append(args.to, rows) if is_postgres(args.to) else append(Path(args.to), rows)
+
+
+def _points(args: argparse.Namespace) -> tuple[list[ChangePoint], str]:
+    """Every history file's change points, and where they were looked for."""
+    if is_postgres(args.root):
+        return _pg().pg_analyze(args.root, args.max_pvalue, args.window), _pg().PG_TABLE
+    files = sorted(Path(args.root).rglob("*.csv"))
+    if not files:
+        raise HistoryError(f"{args.root}: no history file (*.csv)")
+    points = [cp for path in files for cp in analyze(path, args.max_pvalue, args.window)]
+    return points, f"{len(files)} file(s)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         if args.action == "append":
-            time = args.time or datetime.now(UTC).isoformat(timespec="seconds")
-            _epoch(time, Path("--time"), 0)
-            commit = args.commit if args.commit is not None else _commit()
-            rows = [r for p in args.reports for r in rows_of(_load_report(p), time, commit)]
-            done = (
-                _pg().pg_append(args.to, rows)
-                if is_postgres(args.to)
-                else append(Path(args.to), rows)
-            )
-            print("\n".join(done) or "no result in the reports")
+            print("\n".join(_append(args)) or "no result in the reports")
             return 0
-        if is_postgres(args.root):
-            points = _pg().pg_analyze(args.root, args.max_pvalue, args.window)
-            where = _pg().PG_TABLE
-        else:
-            files = sorted(Path(args.root).rglob("*.csv"))
-            if not files:
-                raise HistoryError(f"{args.root}: no history file (*.csv)")
-            points = [cp for path in files for cp in analyze(path, args.max_pvalue, args.window)]
-            where = f"{len(files)} file(s)"
+        points, where = _points(args)
     except HistoryError as exc:
         print(f"vllm-perf history: {exc}", file=sys.stderr)
         return 4

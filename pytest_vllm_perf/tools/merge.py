@@ -19,11 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_vllm_perf.core.errors import BaselineError
-from pytest_vllm_perf.report import document
-from pytest_vllm_perf.report.merged import failures, markdown, merge, summary
+from pytest_vllm_perf.report import formats
+from pytest_vllm_perf.report.merged import merge, summary
+from pytest_vllm_perf.report.view import View
 from pytest_vllm_perf.verdict import reports
 
-__all__ = ["failures", "main", "merge"]
+__all__ = ["main", "merge"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("reports", nargs="+", type=Path, help="each shard's --vllm-json report")
     parser.add_argument("--json", type=Path, help="write the merged report here")
     parser.add_argument("--markdown", type=Path, help="write the merged summary here")
+    parser.add_argument("--html", type=Path, help="write the merged report as HTML here")
     args = parser.parse_args(argv)
     try:
         doc, missing = merge([(str(p), reports.read_report(p)) for p in args.reports])
@@ -40,9 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     lines, headline = summary(doc, missing)
-    document.write_report(doc, markdown(doc, missing, headline), args.json, args.markdown, None)
-    print("\n".join([*lines, headline]))
-    return 1 if headline.startswith("vLLM perf FAIL") else 0
+    paths = {"vllm_json": args.json, "vllm_markdown": args.markdown, "vllm_html": args.html}
+    formats.write(View(doc, headline, missing=tuple(missing)), paths, None)
+    print("\n".join([*lines, headline.text]))
+    return 1 if headline.failed else 0
 
 
 if __name__ == "__main__":

@@ -46,6 +46,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Final, Literal
 
+import pytest
+
+from pytest_vllm_perf import options
 from pytest_vllm_perf.config import profiles, revision
 from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import ProfileError, VllmPerfError
@@ -107,14 +110,12 @@ def changed_profiles(base: str, profiles_dir: Path) -> list[str]:
 
 
 def _rate(value: str) -> float:
-    """An error rate for argparse: a number strictly between 0 and 1."""
+    """An error rate for argparse: the option table's converter (a number strictly
+    between 0 and 1), its message argparse's."""
     try:
-        found = float(value)
-    except ValueError:
-        found = -1.0
-    if not 0 < found < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an error rate between 0 and 1")
-    return found
+        return options.probability(value, "--run-alpha")
+    except pytest.UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--run-alpha: ")) from None
 
 
 def verdict(steps: Sequence[Step]) -> str:
@@ -197,7 +198,7 @@ def summary(steps: Sequence[Step], gpus: int, base: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vllm-perf prgate",
         description="A/B the profiles a change touches against its base, then the stored "
@@ -239,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profiles-dir", default=Path("profiles"), type=Path)
     parser.add_argument("--out", default=Path("out"), type=Path, help="reports and summary")
     parser.epilog = "Everything after -- is passed to both pytest sessions."
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
@@ -255,8 +261,25 @@ def main(argv: list[str] | None = None) -> int:
     except ProfileError as exc:
         print(f"prgate: {exc}", file=sys.stderr)
         return 2
-    # each step that runs spends its share of the gate's budget: a true A/A pull request
-    # fails at most run_alpha of the time over every step together (a union bound)
+    steps = _run_steps(_planned(args, changed, bumped))
+    gpus = hardware.gpu_count()
+    text = summary(steps, gpus, args.base)
+    atomic.write_text(args.out / "summary.md", text)
+    record = {"base": args.base, **figures(steps, gpus)}
+    atomic.write_text(args.out / "gate.json", json.dumps(record, indent=2) + "\n")
+    if path := os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    print(f"[prgate] {verdict(steps)}", flush=True)
+    return exit_status(steps)
+
+
+def _planned(
+    args: argparse.Namespace, changed: list[str], bumped: upgrade.Upgrade | None
+) -> list[tuple[str, Callable[[], Step]]]:
+    """The steps in order (A/B of the changed profiles, the upgrade, the stored
+    baselines), each spending its share of the gate's budget: a true A/A pull request
+    fails at most --run-alpha of the time over every step together (a union bound)."""
     share = args.run_alpha / max(1, bool(changed) + bool(bumped) + bool(args.stored))
     head = [sys.executable, "-m", "pytest", args.suite, "-rA"]
 
@@ -281,13 +304,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.stored:
         mode = STORED_MODES[args.stored_mode]
         stored = [*head, f"--vllm-stored-run-alpha={share:g}", *args.pytest_args]
-        stored += [f"--vllm-profile={args.stored}", mode]
-        planned.append(
-            (
-                "stored",
-                functools.partial(sessions.run, "stored", [*stored, *reports("stored")], args.out),
-            )
-        )
+        stored += [f"--vllm-profile={args.stored}", mode, *reports("stored")]
+        planned.append(("stored", functools.partial(sessions.run, "stored", stored, args.out)))
+    return planned
+
+
+def _run_steps(planned: list[tuple[str, Callable[[], Step]]]) -> list[Step]:
+    """Each step in turn; SIGTERM (a CI's cancel) interrupts as Ctrl-C does, and the
+    steps after an interrupted one are recorded as interrupted, not run."""
     steps: list[Step] = []
     previous = signal.getsignal(signal.SIGTERM)
     with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
@@ -304,16 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGTERM, previous)
-    gpus = hardware.gpu_count()
-    text = summary(steps, gpus, args.base)
-    atomic.write_text(args.out / "summary.md", text)
-    record = {"base": args.base, **figures(steps, gpus)}
-    atomic.write_text(args.out / "gate.json", json.dumps(record, indent=2) + "\n")
-    if path := os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(text)
-    print(f"[prgate] {verdict(steps)}", flush=True)
-    return exit_status(steps)
+    return steps
 
 
 def _upgrade(

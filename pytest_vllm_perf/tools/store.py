@@ -53,11 +53,11 @@ def promote(reports: Sequence[Path], store: Path, add: bool = False) -> list[str
     docs: dict[Path, dict[str, Any]] = {}
     skipped: list[str] = []
     for report in reports:
-        for result in report_io.read_report(report)["results"]:
-            if "capacity" in result:  # a search keeps its passes' rates, not their figures
-                skipped.append(f"{report}: {result['test']} is a capacity search: not promoted")
+        for result in report_io.read_report(report).results:
+            if result.capacity is not None:  # a search keeps its rates, not their figures
+                skipped.append(f"{report}: {result.test} is a capacity search: not promoted")
                 continue
-            fresh = report_io.from_report(result, str(report))
+            fresh = report_io.from_report(result.to_json(), str(report))
             hardware = str(fresh["boots"][0]["environment"].get("hardware_class", "unknown"))
             path = baseline.path_for(store, hardware, fresh["test"], fresh["profile"]["name"])
             if path in docs:
@@ -128,7 +128,6 @@ def benchmark_json(argv: Sequence[str]) -> int:
     written = benchjson.document(doc, baseline.commit_info())
     atomic.write_text(args.out, json.dumps(written, indent=2))
     print(
-        f"{args.out}: {len(written['benchmarks'])} benchmark(s) from "
-        f"{len(doc['results'])} result(s)"
+        f"{args.out}: {len(written['benchmarks'])} benchmark(s) from {len(doc.results)} result(s)"
     )
     return 0

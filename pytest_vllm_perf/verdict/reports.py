@@ -14,6 +14,7 @@ from typing import Any
 from pytest_vllm_perf.core import redact
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.registry import COMPARED, SERVER_COMPARED, metrics_from_report
+from pytest_vllm_perf.core.report import Report, ResultEntry
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
 from pytest_vllm_perf.verdict import baseline, capacity
 from pytest_vllm_perf.verdict.compare import Passes
@@ -33,36 +34,39 @@ def _internal_keys(metrics: Mapping[str, Any]) -> dict[str, float | str]:
     return {key: baseline.json_number(value) for key, value in metrics_from_report(metrics).items()}
 
 
-def report_series(result: Mapping[str, Any]) -> dict[str, list[float]]:
+def report_series(result: ResultEntry) -> dict[str, list[float]]:
     """A ``--vllm-json`` result's per-pass values by our metric keys, finite ones only
     (NaN and infinities, written as null and strings, left out), for the compared
     metrics and the workload's gated ones; a metric no pass measured is absent. What
     the history and the pytest-benchmark export summarise. A capacity search (its
     ``capacity`` field) has no passes of one rate: its one figure, ``capacity_rps``."""
-    if "capacity" in result:
-        found = result.get("metrics", {}).get(capacity.METRIC)
-        usable = isinstance(found, (int, float)) and math.isfinite(found) and found > 0
-        return {capacity.METRIC: [float(found)]} if usable else {}
-    workload = result.get("workload", {})
-    named = (*workload.get("gate", ()), *workload.get("ab_gate", ()), *workload.get("report", ()))
+    if result.capacity is not None:
+        found = metrics_from_report(result.metrics).get(capacity.METRIC, math.nan)
+        return {capacity.METRIC: [found]} if math.isfinite(found) and found > 0 else {}
+    named = [
+        str(name)
+        for key in ("gate", "ab_gate", "report")
+        if isinstance(names := result.workload.get(key), list)
+        for name in names
+    ]
     # the engine's own means and the GPUs' energy where measured (absent otherwise)
     keys = dict.fromkeys([*COMPARED, *named, *SERVER_COMPARED, "energy_j"])
-    per_pass = [metrics_from_report(p.get("metrics", {})) for p in result.get("passes") or ()]
+    per_pass = [metrics_from_report(p.metrics) for p in result.passes]
     series = {key: [v for m in per_pass if key in m and math.isfinite(v := m[key])] for key in keys}
-    return {k: [v for v in values if math.isfinite(v)] for k, values in series.items() if values}
+    return {k: values for k, values in series.items() if values}
 
 
-def read_report(path: Path) -> dict[str, Any]:
-    """A ``--vllm-json`` report as written (``report.document``); BaselineError naming the
-    file when it is not one. The one reader of the report for promote, history and
-    benchmark-json."""
+def read_report(path: Path) -> Report:
+    """A ``--vllm-json`` report as written (``report.document``), typed; BaselineError
+    naming the file (and the key) when it is not one. The one reader of the report for
+    promote, merge, history and benchmark-json."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BaselineError(f"{path}: not a --vllm-json report: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise BaselineError(f"{path}: not a --vllm-json report (no 'results' list)")
-    return doc
+    return Report.from_json(doc, str(path))
 
 
 def from_report(result: Mapping[str, Any], source: str) -> dict[str, Any]:

@@ -294,7 +294,7 @@ def test_shards_measured_apart_merge_into_one_report_and_status(real_server, per
     assert merge.main([*reports, "--json", str(perf_project.path / "merged.json")]) == 1
     printed = capsys.readouterr().out
     assert (
-        f"vLLM perf FAIL: 1 of 2 results failed: test_sharded.py::{second} [default] "
+        f"vLLM perf FAIL: 1 of 2 results: test_sharded.py::{second} [default] "
         "ttft_p50_ms (SLO)" in printed
     ), printed
     doc = json.loads((perf_project.path / "merged.json").read_text())

@@ -23,7 +23,7 @@ from pytest_vllm_perf.core.records import (
 )
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.load import boundary
-from pytest_vllm_perf.report import cost, document, text
+from pytest_vllm_perf.report import cost, document
 from pytest_vllm_perf.serving import energy
 from pytest_vllm_perf.verdict import stats
 
@@ -139,18 +139,18 @@ def test_every_report_shows_what_each_test_cost_and_why_energy_is_missing():
     assert found["energy_j"] == pytest.approx(240.0)
     assert found["energy_per_1k_tokens_j"] == pytest.approx(2000.0)
     assert (found["gpu_boot_s"], found["gpu_load_s"]) == (80.0, 30.0)
-    lines = text.cost_lines([measured])
+    lines = cost.lines(document.build([measured]).results)
     assert lines[0] == "what each test cost:" and "J / 1k out tok" in lines[1]
     assert "2000.0" in lines[2] and "240" in lines[2]
     assert "| `t.py::test_x` | p | 80 | 30 | 1 | 80 | 30 | 240 | 2000.0 |" in document.markdown(
-        [measured]
+        document.build([measured])
     )
     doc = document.to_json([measured])["results"][0]
     assert doc["cost"]["energy_per_1k_tokens_j"] == pytest.approx(2000.0)
     assert doc["metrics"]["energy_per_1k_tokens_j"] == pytest.approx(2000.0)
 
     cpu = _outcome(None, note="no NVIDIA GPU (the CPU engine), so no NVML")
-    lines = text.cost_lines([cpu])
+    lines = cost.lines(document.build([cpu]).results)
     assert lines[-1] == f"energy not measured: {cpu.provenance.energy_note}"
     assert cost.record(cpu).get("energy_j") is None
     assert lines[2].split()[-2:] == ["-", "-"]  # energy and per 1k tokens: not measured
@@ -174,7 +174,9 @@ def test_workers_sharing_a_gpu_are_charged_their_share_of_it(monkeypatch, tmp_pa
     half = replace(_outcome(None), cost=Cost(boot_s=80.0, load_s=30.0, gpus=shared.gpus_held()))
     found = cost.record(half)
     assert (found["gpu_boot_s"], found["gpu_load_s"]) == (40.0, 15.0)
-    assert "| `t.py::test_x` | p | 80 | 30 | 0.5 | 40 | 15 | - | - |" in document.markdown([half])
+    assert "| `t.py::test_x` | p | 80 | 30 | 0.5 | 40 | 15 | - | - |" in document.markdown(
+        document.build([half])
+    )
 
 
 def test_an_ab_results_energy_per_token_divides_both_sides_joules_by_both_sides_tokens():

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_vllm_perf.core.report import Report
 from pytest_vllm_perf.tools import history
+from tests import report_json
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST = "examples/test_decode.py::test_decode"
@@ -68,9 +70,10 @@ def report(level: float, rng: random.Random, passes: int = 8) -> dict:
     ]
     env = {"hardware_class": "1x NVIDIA H200", "platform": "cuda", "vllm_version": "0.26.0",
            "model": "llama-3.1-8b-shaped"}  # fmt: skip
-    return {"results": [{"test": TEST, "profile": "default", "profile_hash": "03187f49",
-                         "environment": env, "workload": {"gate": ["itl_p50_ms"]},
-                         "passes": rows}]}  # fmt: skip
+    return {"results": [report_json.result(
+        test=TEST, profile="default", profile_hash="03187f49", environment=env,
+        workload={"gate": ["itl_p50_ms"]}, passes=report_json.passes([r["metrics"] for r in rows]),
+    )]}  # fmt: skip
 
 
 def nightly(root: Path | str, tmp_path: Path, levels: list[float], seed: int = 0) -> None:
@@ -126,9 +129,11 @@ def test_the_same_run_appended_twice_to_postgresql_is_one_run(postgres, tmp_path
 def test_the_same_report_appended_twice_is_one_run(tmp_path):
     root = tmp_path / "history"
     doc = report(1.0, random.Random(2))
-    rows = history.rows_of(doc, "2026-11-01T02:00:00+00:00", "c00")
+    rows = history.rows_of(Report.from_json(doc), "2026-11-01T02:00:00+00:00", "c00")
     assert history.append(root, rows)[0].endswith("1 run(s), 1 appended")
-    again = history.rows_of(doc, "2026-11-02T02:00:00+00:00", "c00")  # another time, same run
+    again = history.rows_of(
+        Report.from_json(doc), "2026-11-02T02:00:00+00:00", "c00"
+    )  # another time, same run
     assert history.append(root, again)[0].endswith("1 run(s), 0 appended")
     (path,) = root.rglob("*.csv")
     assert path.read_text().count("\n") == 2  # the header and one row
@@ -165,7 +170,7 @@ def test_a_real_report_gives_the_medians_of_its_passes(tmp_path):
     """The committed H200 A/A report: one row per result, each compared metric the
     median of its 8 passes, its spread the sd of their logs."""
     doc = json.loads((ROOT / "bench/results/h200/plant-warm/aa/ab.json").read_text())
-    [row] = history.rows_of(doc, "2026-12-04T21:00:00+00:00", "cf519d9")
+    [row] = history.rows_of(Report.from_json(doc), "2026-12-04T21:00:00+00:00", "cf519d9")
     itl = sorted(p["metrics"]["median_itl_ms"] for p in doc["results"][0]["passes"])
     assert float(row["itl_p50_ms"]) == pytest.approx((itl[3] + itl[4]) / 2, rel=1e-5)
     logs = [math.log(v) for v in itl]
@@ -187,14 +192,16 @@ def test_failed_requests_are_counted_and_a_capacity_search_is_a_row(tmp_path):
     doc["results"][0]["passes"][3]["metrics"]["failed"] = 2
     for p in doc["results"][0]["passes"]:
         p["metrics"].setdefault("failed", 0)
-    (row,) = history.rows_of(doc, "2026-11-01T02:00:00+00:00", "c00")
+    (row,) = history.rows_of(Report.from_json(doc), "2026-11-01T02:00:00+00:00", "c00")
     assert row["failed"] == "2"
 
     def searched(rates: list[float]) -> dict:
-        result = {"test": "t.py::test_capacity", "profile": "default", "passes": [],
-                  "environment": {"hardware_class": "cpu"}, "metrics": {"capacity_rps": 4.5},
-                  "capacity": {"class": "requests", "candidate": {"rates": rates}}}  # fmt: skip
-        return {"results": [result]}
+        result = report_json.result(
+            test="t.py::test_capacity", environment={"hardware_class": "cpu"},
+            metrics={"capacity_rps": 4.5},
+            capacity={"class": "requests", "candidate": {"rates": rates}},
+        )  # fmt: skip
+        return Report.from_json({"results": [result]})
 
     root = tmp_path / "history"
     for night, rates in enumerate(([4.0, 8.0, 6.0], [4.0, 8.0, 5.0])):

@@ -3,13 +3,13 @@ given twice is refused, and a missed threshold in any of them fails the merged r
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
 import pytest
 
 from pytest_vllm_perf.core.errors import BaselineError
+from pytest_vllm_perf.core.report import Report
 from pytest_vllm_perf.report import merged
 from pytest_vllm_perf.tools import merge as merge_command
 
@@ -27,7 +27,7 @@ def test_the_same_report_twice_is_refused_without_shards(tmp_path):
     with every result counted twice (seen failing with the duplicate check dropped)."""
     doc = report()
     with pytest.raises(BaselineError, match=r"is also in a\.json"):
-        merged.merge([("a.json", doc), ("b.json", copy.deepcopy(doc))])
+        merged.merge([("a.json", Report.from_json(doc)), ("b.json", Report.from_json(doc))])
     path = tmp_path / "r.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
     assert merge_command.main([str(path), str(path)]) == 2
@@ -39,10 +39,10 @@ def test_a_missed_threshold_fails_the_merged_run(tmp_path, capsys):
     doc = report()
     missed = doc["results"][0]
     missed["thresholds"][1] = {**missed["thresholds"][1], "passed": False}
-    both, missing = merged.merge([("a.json", doc)])
+    both, missing = merged.merge([("a.json", Report.from_json(doc))])
     _, line = merged.summary(both, missing)
-    assert line.startswith("vLLM perf FAIL: 1 of 2 results failed"), line
-    assert "itl_p99_ms (SLO)" in line
+    assert line.failed and line.text.startswith("vLLM perf FAIL: 1 of 2 results: "), line
+    assert "itl_p99_ms (SLO)" in line.text
     path = tmp_path / "r.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
     assert merge_command.main([str(path)]) == 1

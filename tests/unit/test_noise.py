@@ -61,7 +61,7 @@ def test_the_verdict_keeps_its_false_alarm_rate_under_the_model(mode):
     the significance test dropped from classify, the noisy case raised 26 and 9 of 150."""
     trials = 150
     boots = 4
-    # stored, the cuda platform's own tolerances (registry.PLATFORM_TOLERANCES), above
+    # stored, the cuda platform's own tolerances (core.tolerances.PLATFORM_TOLERANCES), above
     # a new boot's drift: ITL p50's 5% is not, and is mostly inconclusive
     tolerances = STORED if mode == "stored" else TOLERANCES
     oc = noise.operating_characteristic(

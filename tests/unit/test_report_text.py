@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.records import Environment, Outcome, PassRecord, Provenance
+from pytest_vllm_perf.core.report import Headline, ResultEntry
 from pytest_vllm_perf.measure import assemble
 from pytest_vllm_perf.report import document, text
 from tests.unit.test_verdict_holes import req
@@ -42,6 +43,11 @@ def _decode_outcome(lag_ms: float) -> Outcome:
     settings = {"name": "p", "engine": {}, "env": {}, "cpu": {}}
     return Outcome("t.py::test", Provenance("p", settings, "p", (), (), ENV),
                    assemble(decode, passes, ()), ())  # fmt: skip
+
+
+def _results(*outcomes: Outcome) -> tuple[ResultEntry, ...]:
+    """The outcomes as every view reads them: the session's typed report."""
+    return document.build(outcomes).results
 
 
 def test_a_client_that_cannot_keep_up_says_so():
@@ -99,14 +105,17 @@ def test_the_last_line_says_pass_or_fail_what_failed_and_the_minutes():
     good = dataclasses.replace(_decode_outcome(0.1), gate=gated(Verdict.UNCHANGED, 1.01))
     bad = dataclasses.replace(good, gate=gated(Verdict.REGRESSED, 0.338))
     slow = dataclasses.replace(good, checks=(Check("max_ttft_p99_ms", "ttft_p99_ms", 1, 5),))
-    assert text.verdict_line([good, good], 246, 0) == (
-        "vLLM perf PASS: 2 results (2 unchanged); 4.1 min wall, no GPU"
+    passing = text.verdict_line(_results(good, good), 246, 0)
+    assert passing == Headline(
+        False, "vLLM perf PASS: 2 results (2 unchanged); 4.1 min wall, no GPU"
     )
-    assert text.verdict_line([good, bad, slow], 600, 2) == (
+    assert text.verdict_line(_results(good, bad, slow), 600, 2) == Headline(
+        True,
         "vLLM perf FAIL: 2 of 3 results: t.py::test [p] output_throughput x0.338; "
-        "t.py::test [p] SLO; 10.0 min wall, 20.0 GPU minutes (2 GPU)"
+        "t.py::test [p] max_ttft_p99_ms (SLO); 10.0 min wall, 20.0 GPU minutes (2 GPU)",
     )
-    assert "**vLLM perf FAIL" in document.markdown([bad], headline=text.verdict_line([bad], 6, 0))
+    failing = text.verdict_line(_results(bad), 6, 0)
+    assert "**vLLM perf FAIL" in document.markdown(document.build([bad]), headline=failing)
 
 
 def test_a_rules_regression_without_a_ratio_does_not_lead_the_line():
@@ -124,7 +133,7 @@ def test_a_rules_regression_without_a_ratio_does_not_lead_the_line():
                              Verdict.REGRESSED)  # fmt: skip
     gate = GateResult(GateStatus.COMPARED, Path("b.json"), (rule, measured))
     bad = dataclasses.replace(_decode_outcome(0.1), gate=gate)
-    line = text.verdict_line([bad], 60, 0)
+    line = text.verdict_line(_results(bad), 60, 0).text
     assert "output_throughput x0.361, itl_p50_ms (by rule)" in line, line
     assert "xnan" not in line
 
@@ -134,7 +143,7 @@ def test_small_and_unbounded_figures_read_as_a_user_expects():
     new user. Broken on purpose (the old formats back), each check fails."""
     from pytest_vllm_perf.core.records import MetricVerdict, Verdict
 
-    row = text.outcome_rows([_decode_outcome(0.1)])[0]
+    row = text.result_rows(_results(_decode_outcome(0.1)))[0]
     assert "0.0ms" not in row and "3.0ms" in row, row  # ITL p50 of 3 ms still one decimal
     cell = text._cell({"itl_p50_ms": 0.031}, "itl_p50_ms")
     assert cell == "0.031ms", cell

@@ -23,7 +23,7 @@ from tests.bench_module import bench_module
 noise = bench_module("noise")  # bench/noise.py
 
 PLANT = json.loads((Path(__file__).parent / "data" / "h200_plant_passes.json").read_text())
-# the tolerances the plant runs printed (the cuda platform's, registry.PLATFORM_TOLERANCES)
+# the tolerances the plant runs printed (the cuda platform's, core.tolerances.PLATFORM_TOLERANCES)
 TOLERANCES = {
     "itl_p50_ms": 0.05,
     "tpot_mean_ms": 0.05,

@@ -75,8 +75,8 @@ def test_the_automatic_settle_is_one_pass_on_a_gpu_and_none_on_the_cpu():
     from pytest_vllm_perf.settings import Settings
 
     here = Path(".")
-    auto = Settings(("default",), here, None, "tiny", None, None, 60.0, here, here, None,
-                    None, None, 8)  # fmt: skip
+    auto = Settings(("default",), here, None, "tiny", None, None, 60.0, here, here, {}, None,
+                    8)  # fmt: skip
     assert auto.settle_for("cuda") == 1
     assert auto.settle_for("cpu") == 0
     assert dataclasses.replace(auto, settle_passes=0).settle_for("cuda") == 0
