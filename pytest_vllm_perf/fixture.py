@@ -20,6 +20,8 @@ from pytest_vllm_perf.core.errors import VllmPerfError
 from pytest_vllm_perf.core.records import Cost, Outcome, Progress
 from pytest_vllm_perf.core.registry import tolerance_for
 from pytest_vllm_perf.core.workload import Workload, pass_count
+from pytest_vllm_perf.measure import modes
+from pytest_vllm_perf.measure.modes import Mode, Stored
 from pytest_vllm_perf.report import text
 from pytest_vllm_perf.serving.pool import ServerHandle
 from pytest_vllm_perf.settings import Settings
@@ -62,9 +64,7 @@ class PerfFixture:
         server: ServerHandle,
         collect: Callable[[Outcome], None],
         progress: Progress | None = None,
-        base_server: ServerHandle | Callable[[], ServerHandle] | None = None,
-        base_note: str = "",
-        candidate_boot: Callable[[], ServerHandle] | None = None,
+        mode: Mode | None = None,
         clock: CostClock | None = None,
     ) -> None:
         self._node = node
@@ -73,11 +73,10 @@ class PerfFixture:
         self._collect = collect
         self._progress = progress
         self.server = server
-        # the base side of an A/B run (--vllm-ab): its server, or, booted in turn with
-        # the candidate (--vllm-ab-mode=sequential), what boots it
-        self.base_server = base_server
-        self._candidate_boot = candidate_boot
-        self._base_note = base_note  # what the verdict says of the base side's choice
+        # how the test is judged (measure.modes): against its stored baseline, or as
+        # an A/B run (--vllm-ab) of two sides, resident or booted in turn
+        self.mode: Mode = mode or Stored(server, settings.baseline_dir, settings.save_mode,
+                                         settings.gate_other_release)  # fmt: skip
         self.outcomes: list[Outcome] = []
 
     def _costed(self, outcome: Outcome) -> Outcome:
@@ -203,28 +202,13 @@ class PerfFixture:
         tolerance: float,
         max_passes: int,
     ) -> measure.CapacityRun:
-        """Both sides' searches in an A/B run, else this server's, gated by the stored one."""
+        """The search as the test's mode runs it: both sides' in an A/B run, else this
+        server's, gated by the stored one."""
         settings, calls = self._settings, len(self.outcomes)
-        if self.base_server is not None:
-            base, candidate = self.base_server, self._candidate_boot or self.server
-            alpha = settings.call_alpha(settings.ab_alpha, calls)
-            return _reported(
-                lambda: measure.capacity_ab(base, candidate, load, slo, cls, tolerance,
-                                            max_passes, self._progress, alpha=alpha)
-            )  # fmt: skip
-        server = self.server
-        searched = _reported(
-            lambda: measure.capacity_search(
-                server, load, slo, cls, tolerance, max_passes, self._progress
-            )
-        )
-        return _reported(
-            lambda: measure.capacity_gate(
-                searched, server, marker.base_id(self._node), load, settings.baseline_dir,
-                settings.save_mode, tolerance, settings.gate_other_release,
-                alpha=settings.call_alpha(settings.stored_alpha, calls),
-            )
-        )  # fmt: skip
+        alpha = settings.ab_alpha if self.mode.ab else settings.stored_alpha
+        ask = modes.Search(load, slo, cls, tolerance, max_passes, marker.base_id(self._node),
+                           settings.call_alpha(alpha, calls))  # fmt: skip
+        return _reported(lambda: self.mode.capacity(ask, self._progress))
 
     def _plan(
         self,
@@ -259,7 +243,7 @@ class PerfFixture:
                 tolerances,
             ),
             gate_extra=(*keywords.get("gate", ()), *gate),
-            ab=self.base_server is not None,
+            ab=self.mode.ab,
             most=self._settings.ab_max_pairs,
             alpha=self._settings.call_alpha(self._settings.ab_alpha, len(self.outcomes)),
             stored_alpha=self._settings.call_alpha(self._settings.stored_alpha, len(self.outcomes)),
@@ -277,22 +261,8 @@ class PerfFixture:
         return plan
 
     def _run(self, plan: measure.Plan) -> Outcome:
-        """The plan measured: an A/B of the two sides, else against the stored baseline."""
-        settings = self._settings
-        if self.base_server is not None:
-            candidate = self._candidate_boot or self.server
-            return measure.run_ab(
-                plan, self.base_server, candidate, self._progress, self._base_note,
-                settings.baseline_dir,
-            )  # fmt: skip
-        return measure.run_test(
-            plan,
-            self.server,
-            settings.baseline_dir,
-            settings.save_mode,
-            self._progress,
-            settings.gate_other_release,
-        )
+        """The plan measured and judged as this test's mode judges it."""
+        return self.mode.run(plan, self._progress)
 
 
 def _reported(action: Callable[[], T]) -> T:

@@ -18,6 +18,7 @@ import pytest
 
 from pytest_vllm_perf.core.errors import WorkloadError
 from pytest_vllm_perf.core.workload import pass_count
+from pytest_vllm_perf.measure.modes import AB_MODES
 from pytest_vllm_perf.serving.models import PRESETS
 
 __all__ = [
@@ -265,7 +266,7 @@ OPTIONS: Final = (
     Option(
         "--vllm-ab-mode",
         "vllm_ab_mode",
-        choice("resident", "sequential"),
+        choice(*AB_MODES),
         "resident",
         "A/B: resident keeps both sides up, each with a little under half the GPU's "
         "memory, passes alternated (ABBA); sequential boots one side at a time with the "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import os
 import shutil
@@ -16,7 +15,7 @@ import signal
 import tempfile
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from pytest_vllm_perf.core.records import Outcome
 from pytest_vllm_perf.core.report import Report
 from pytest_vllm_perf.fixture import CostClock, PerfFixture
 from pytest_vllm_perf.marker import preflight, stored_baselines
+from pytest_vllm_perf.measure.modes import AB_MODES, Mode
 from pytest_vllm_perf.report import cost, document, formats, plots, sides, text
 from pytest_vllm_perf.report.view import View
 from pytest_vllm_perf.serving import hardware, hub, server
@@ -248,21 +248,18 @@ def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iter
     config = request.config
     settings = config.stash[state.SETTINGS]
     pool = config.stash[state.POOL]
-    base: ServerHandle | Callable[[], ServerHandle] | None = None
-    candidate: Callable[[], ServerHandle] | None = None
-    failure, note = "", ""
+    mode: Mode | None = None  # the fixture's default: the stored baseline
+    failure = ""
     if settings.ab and not _pinned(request.node):
         # A/B: the base side's server, kept up beside the candidate's (its own slot),
         # or booted in turn with it on one slot (--vllm-ab-mode=sequential); a test
         # pinned to a profile by its marker is not part of the comparison
         try:
             profile, note = settings.base_profile(vllm_server.profile)
-            if settings.ab_mode == "sequential":
-                mine = request.getfixturevalue("vllm_profile")
-                base = functools.partial(pool.get, profile, "main", settings.ab_python)
-                candidate = functools.partial(pool.get, mine, "main")
-            else:
-                base = pool.get(profile, slot="base", python=settings.ab_python)
+            mine = request.getfixturevalue("vllm_profile")
+            mode = AB_MODES[settings.ab_mode].build(
+                pool, vllm_server, profile, settings.ab_python, mine, note, settings.baseline_dir
+            )
         except ServerError as exc:
             failure = str(exc)  # failed outside the handler: the error is printed once
     if failure:
@@ -273,9 +270,7 @@ def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iter
         vllm_server,
         config.stash[state.OUTCOMES].append,
         pool.progress,
-        base,
-        note,
-        candidate,
+        mode,
         clock=request.node.stash.get(state.COST_MARK, None),
     )
 

@@ -10,9 +10,9 @@ import html
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import Final, get_args
 
-from pytest_vllm_perf.core.report import ResultEntry, VerdictEntry
+from pytest_vllm_perf.core.report import ResultEntry, VerdictEntry, VerdictWord
 from pytest_vllm_perf.report import cost, text
 from pytest_vllm_perf.report.view import View
 
@@ -26,24 +26,24 @@ table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.9em; }
 th, td { border: 1px solid #bbb; padding: 0.25em 0.5em; text-align: left; }
 th { background: #eee; } td.regressed { color: #c62828; font-weight: bold; }
 td.improved { color: #2e7d32; } td.inconclusive { color: #8a6d00; }
-pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
+pre { background: #f6f6f6; padding: 0.6em; white-space: pre-wrap; font-size: 0.85em; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 """
+_WORDS: Final = frozenset(get_args(VerdictWord))
 _VERDICT_HEADERS: Final = ("metric", "baseline", "current", "ratio", "interval",
                            "tolerance", "verdict", "gated", "basis")  # fmt: skip
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], classes: bool = False) -> str:
+def _cell(text: str) -> str:
+    """A cell; a verdict word is coloured by its class."""
+    kind = f' class="{text}"' if text in _WORDS else ""
+    return f"<td{kind}>{html.escape(text)}</td>"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = []
-    for row in rows:
-        cells = "".join(
-            f'<td class="{html.escape(c)}">{html.escape(c)}</td>' if classes else
-            f"<td>{html.escape(c)}</td>"
-            for c in row
-        )  # fmt: skip
-        body.append(f"<tr>{cells}</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def _verdict_row(v: VerdictEntry) -> list[str]:
@@ -72,7 +72,7 @@ def _result(r: ResultEntry) -> str:
     changes = "".join(f"<li>{html.escape(c)}</li>" for c in gate.changes)
     changed = f"<p>differs from what it is judged against:</p><ul>{changes}</ul>" if changes else ""
     rows = [_verdict_row(v) for v in gate.verdicts]
-    return title + said + note + changed + _table(_VERDICT_HEADERS, rows, classes=True)
+    return title + said + note + changed + _table(_VERDICT_HEADERS, rows)
 
 
 def _plot(path: Path) -> str:
