@@ -21,7 +21,7 @@ from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.measure import capacity_search, measure
 from pytest_vllm_perf.report import benchjson
 from pytest_vllm_perf.tools import history, merge
-from pytest_vllm_perf.verdict import thresholds
+from pytest_vllm_perf.verdict import reports, thresholds
 from tests.shards import shard_names
 
 pytestmark = pytest.mark.engine
@@ -233,7 +233,7 @@ def test_a_saved_baseline_gates_a_rerun_on_the_same_server(real_server, perf_pro
     for metric in gated:
         assert re.search(rf"::test_gate \[default\] {metric}: .*\) ({names})\n", out), metric
     # the real engine's report feeds the run history and the pytest-benchmark export
-    report = json.loads((perf_project.path / "a.json").read_text())
+    report = reports.read_report(perf_project.path / "a.json")
     [row] = history.rows_of(report, "2026-12-04T00:00:00+00:00", "c0")
     assert row["passes"] == "3" and row["vllm_version"] == found["environment"]["vllm_version"]
     # a pass that streamed in bursts leaves its per-chunk figures out (null in the report;
