@@ -52,6 +52,7 @@ from pytest_vllm_perf.core.registry import (
     from_bench_serve_key,
     tolerance_for,
 )
+from pytest_vllm_perf.core.report import ResultEntry
 from pytest_vllm_perf.verdict import compare, drift, reports, sequential
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -157,7 +158,8 @@ def _real_pairs(sources: Sequence[tuple[str, str]]) -> tuple[list[dict], list[di
     for file, test in sources:
         results = json.loads((RESULTS / file).read_text())["results"]
         [r] = [r for r in results if r["test"] == test]
-        b, c = (reports.report_passes(r[k]) for k in ("base_passes", "passes"))
+        entry = ResultEntry.from_json(r, file)
+        b, c = reports.report_passes(entry.base_passes or ()), reports.report_passes(entry.passes)
         by_index = dict(zip(b.indices, b.metrics, strict=True))
         for index, m in zip(c.indices, c.metrics, strict=True):
             if index in by_index:

@@ -20,6 +20,7 @@ import noise  # bench/noise.py, beside this script
 
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.registry import default_tolerances, tolerance_for
+from pytest_vllm_perf.core.report import ResultEntry
 from pytest_vllm_perf.verdict import compare, reports, sequential
 
 
@@ -28,7 +29,8 @@ def judge(result: dict) -> list[str]:
     workload = workloads.named(name)
     keys = tuple(dict.fromkeys((*workload.gate, *workload.ab_gate)))
     tol = default_tolerances("cuda", ab=True)
-    b, c = (reports.report_passes(result[k]) for k in ("base_passes", "passes"))
+    entry = ResultEntry.from_json(result, str(result.get("test")))
+    b, c = reports.report_passes(entry.base_passes or ()), reports.report_passes(entry.passes)
     by_index = dict(zip(b.indices, b.metrics, strict=True))
     pairs = [(by_index[i], m) for i, m in zip(c.indices, c.metrics, strict=True) if i in by_index]
 

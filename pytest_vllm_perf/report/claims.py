@@ -35,6 +35,7 @@ from pytest_vllm_perf.core import yamlfile
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import MetricVerdict, Verdict
 from pytest_vllm_perf.core.registry import default_tolerances
+from pytest_vllm_perf.core.report import Report, ResultEntry
 from pytest_vllm_perf.verdict import compare, reports
 
 __all__ = ["Claim", "ClaimRow", "evaluate", "load", "markdown", "render"]
@@ -115,17 +116,17 @@ def load(path: Path) -> list[Claim]:
     return claims
 
 
-def _report_entry(claim: Claim, root: Path) -> Mapping[str, Any]:
+def _report_entry(claim: Claim, root: Path) -> ResultEntry:
     assert claim.result is not None
     path = root / claim.result
     data = _read(path)
-    results = data.get("report", data).get("results", [])  # bench/gpu_advice.py nests it
-    found: list[Mapping[str, Any]] = [
+    report = Report.from_json(data.get("report", data), str(path))  # gpu_advice nests it
+    found = [
         r
-        for r in results
-        if "base_passes" in r
-        and (claim.test is None or r["test"] == claim.test)
-        and (claim.profile is None or r["profile"] == claim.profile)
+        for r in report.results
+        if r.base_passes is not None
+        and (claim.test is None or r.test == claim.test)
+        and (claim.profile is None or r.profile == claim.profile)
     ]
     if len(found) != 1:
         raise BaselineError(
@@ -174,21 +175,22 @@ def evaluate(claim: Claim, root: Path) -> ClaimRow:
     if claim.result is None:
         return ClaimRow(claim, "not measured")
     entry = _report_entry(claim, root)
-    platform = str(entry["environment"]["platform"])
+    platform = str(entry.environment.get("platform"))
     # an A/B report (base_passes): the A/B tolerances
     tolerances = {**default_tolerances(platform, ab=True), **(claim.tolerances or {})}
     keys = tuple(dict.fromkeys((*claim.claimed, *claim.watched)))
     verdicts = tuple(
         compare.compare(
-            [reports.report_passes(entry["base_passes"])],
-            reports.report_passes(entry["passes"]),
+            [reports.report_passes(entry.base_passes or ())],
+            reports.report_passes(entry.passes),
             keys,
             tolerances,
             pair=True,
         )
     )
-    base = str(entry["baseline"]["path"]).removeprefix("the A/B base side ")
-    return ClaimRow(claim, _outcome(claim, verdicts), verdicts, base, repr(entry["profile"]))
+    side = entry.baseline.path if entry.baseline else "?"
+    base = side.removeprefix("the A/B base side ")
+    return ClaimRow(claim, _outcome(claim, verdicts), verdicts, base, repr(entry.profile))
 
 
 def _outcome(claim: Claim, verdicts: Sequence[MetricVerdict]) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from pytest_vllm_perf.core import redact
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.registry import COMPARED, SERVER_COMPARED, metrics_from_report
-from pytest_vllm_perf.core.report import Report, ResultEntry
+from pytest_vllm_perf.core.report import PassEntry, Report, ResultEntry
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
 from pytest_vllm_perf.verdict import baseline, capacity
 from pytest_vllm_perf.verdict.compare import Passes
@@ -22,10 +22,15 @@ from pytest_vllm_perf.verdict.compare import Passes
 __all__ = ["from_report", "read_report", "report_passes", "report_series"]
 
 
-def report_passes(passes: Sequence[Mapping[str, Any]]) -> Passes:
+def report_passes(passes: Sequence[PassEntry]) -> Passes:
     """The ``passes`` (or ``base_passes``) of a ``--vllm-json`` result, as a verdict reads them."""
     return baseline.boot_passes(
-        {"passes": [{**p, "metrics": _internal_keys(p["metrics"])} for p in passes]}
+        {
+            "passes": [
+                {"index": p.index, "duration_s": p.duration_s, "metrics": _internal_keys(p.metrics)}
+                for p in passes
+            ]
+        }
     )
 
 
