@@ -14,7 +14,7 @@ row), so the table cannot drift from the files it cites. The outcome word:
 - ``no change``: every metric ``unchanged``; ``inconclusive``: the rest;
 - ``not measured``: no result yet (``result: null`` and a ``why``).
 
-A claim can instead cite a ``sweep``: ``bench/gpu_advice.py kv`` results (files
+A claim can instead cite a ``sweep``: ``bench/gpu/gpu_advice.py kv`` results (files
 with ``rows``, one pass per profile), and the ``profiles`` to show in order. The
 rows must share one load (the check raises otherwise), and the cell lists each
 metric across the profiles. One pass per profile gives no interval, so such a
@@ -71,7 +71,7 @@ class Claim:
     watched: tuple[str, ...] = ()
     tolerances: Mapping[str, float] | None = None
     why: str = ""
-    sweep: tuple[str, ...] = ()  # bench/gpu_advice.py kv results, instead of ``result``
+    sweep: tuple[str, ...] = ()  # bench/gpu/gpu_advice.py kv results, instead of ``result``
     profiles: tuple[str, ...] = ()  # the sweep's profiles to show, in this order
 
 

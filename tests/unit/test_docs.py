@@ -169,7 +169,7 @@ def test_the_results_index_check_names_each_kind_of_row_it_refuses(tmp_path, mon
     table = (ROOT / "bench" / "results" / "INDEX.md").read_text(encoding="utf-8")
     lines = [line for line in table.splitlines() if "`bench/results/cpu/matrix.txt`" not in line]
     lines = [
-        line.replace("`bash bench/gpu_gate.sh` |", "`bash bench/gpu_gate.sh`<br>`make test` |")
+        line.replace("`bash bench/gpu/gpu_gate.sh` |", "`bash bench/gpu/gpu_gate.sh`<br>`make` |")
         .replace(
             "`.venv/bin/python bench/tokenizer_cost.py` |", "`python3 -c 'while True: pass'` |"
         )
@@ -188,8 +188,15 @@ def test_the_results_index_check_names_each_kind_of_row_it_refuses(tmp_path, mon
 
 
 def test_every_bench_script_is_in_the_catalogue():
-    """``bench/README.md`` names every script of ``bench/`` (a new one with no row fails)."""
+    """``bench/README.md`` names every script of ``bench/`` and of its GPU drivers'
+    folder ``bench/gpu/``, by its path from ``bench/`` (a new one with no row fails)."""
     text = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
-    scripts = [p.name for p in (ROOT / "bench").glob("*") if p.suffix in (".py", ".sh")]
-    assert len(scripts) >= 20
+    bench = ROOT / "bench"
+    scripts = [
+        p.relative_to(bench).as_posix()
+        for folder in (bench, bench / "gpu")
+        for p in folder.glob("*")
+        if p.suffix in (".py", ".sh")
+    ]
+    assert len(scripts) >= 20 and any(s.startswith("gpu/") for s in scripts)
     assert [name for name in scripts if f"`{name}`" not in text] == []

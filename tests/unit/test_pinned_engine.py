@@ -29,7 +29,7 @@ def test_every_committed_gpu_baseline_was_measured_with_the_pinned_release():
 
 
 def test_every_committed_example_baseline_was_measured_on_the_current_preset():
-    """Re-saved on the H200 (bench/gpu_gate.sh, two boots); before, the baselines were
+    """Re-saved on the H200 (bench/gpu/gpu_gate.sh, two boots); before, the baselines were
     of the word-level preset and the GPU workflow failed every pull request at
     collection (an xfail, strict, marked that until now)."""
     from pytest_vllm_perf.serving import models

@@ -2,7 +2,7 @@
 the H200's own passes.
 
 tests/unit/data/h200_plant_passes.json holds every pass's compared metrics of the three
-prgate runs in bench/results/h200/plant (bench/gpu_plant.sh): a 34-layer candidate against
+prgate runs in bench/results/h200/plant (bench/gpu/gpu_plant.sh): a 34-layer candidate against
 the 32-layer preset (x1.0625 the layers), the preset against itself, and 33 layers (x1.031).
 """
 

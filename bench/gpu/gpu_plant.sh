@@ -9,13 +9,13 @@
 #   warm: boots both shapes of l34 (32 and 34 layers) once, through the same gate with a
 #      one-second test, so that the compile cache is warm for a following l34 (issue
 #      acceptance: GPU minutes with a warm cache); its own minutes are stated apart.
-# Usage: [TESTS=EXPR] [MAX_PAIRS=N] bash bench/gpu_plant.sh [warm] [l34] [aa] [l33]
+# Usage: [TESTS=EXPR] [MAX_PAIRS=N] bash bench/gpu/gpu_plant.sh [warm] [l34] [aa] [l33]
 # Each is `prgate examples --base REV --profiles plant --stored ''` on the example tests
 # that `-k "$TESTS"` selects (default `decode`; `decode or interference` for both), both
 # servers resident, memory split, passes alternated ABBA, the sequential A/B decision
 # from 8 pairs up to MAX_PAIRS (default 16), one settle pass a side first. The prgate
 # summaries state wall and GPU minutes.
-# Run from a copy of the repository (bench/gpu_jobs.sh start makes one); it makes that
+# Run from a copy of the repository (bench/gpu/gpu_jobs.sh start makes one); it makes that
 # copy a git repository of its own, since a device command brings no .git.
 # Needs vLLM importable (PYTHONPATH=~/vllm-site). Writes everything under $OUT.
 set -uo pipefail

@@ -27,8 +27,8 @@ command on a GPU machine (README "Tuning claims"):
 Both write ``NAME.json`` (every figure, the load, the versions) and ``NAME.md``
 to ``--out``. Run from the repository root with vLLM importable::
 
-    python3 bench/gpu_advice.py tokenization --out out/tok
-    python3 bench/gpu_advice.py kv --preset llama-70b \\
+    python3 bench/gpu/gpu_advice.py tokenization --out out/tok
+    python3 bench/gpu/gpu_advice.py kv --preset llama-70b \\
         --profiles tp2-mem-0.90,tp2-mem-0.85,tp2-mem-0.94 --save --out out/kv
 """
 
@@ -58,7 +58,7 @@ from pytest_vllm_perf.core.workload import Workload
 from pytest_vllm_perf.report import document
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SHOWN = ("request_throughput", "ttft_p50_ms", "ttft_p99_ms", "failed", "num_requests_waiting_peak")
 
@@ -388,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data["seconds"] = round(time.monotonic() - started, 1)
         data["argv"] = argv_shown
         atomic.write_text(args.out / f"{args.name}.json", json.dumps(data, indent=1) + "\n")
-        header = [f"`python3 bench/gpu_advice.py {' '.join(argv_shown)}` ({data['seconds']} s)"]
+        header = [f"`python3 bench/gpu/gpu_advice.py {' '.join(argv_shown)}` ({data['seconds']} s)"]
         if data.get("partial"):
             header.append("(partial: the run was still going when this was written)")
         atomic.write_text(args.out / f"{args.name}.md", "\n".join([*header, "", *lines]) + "\n")

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Background GPU jobs that outlive one device command (a command may run 10 minutes,
 # the jobs run longer), polled by later commands. From the repository root:
-#   bench/gpu_jobs.sh start NAME GPUS -- CMD...   run CMD in the background on GPUS
-#   bench/gpu_jobs.sh wait SECONDS                  until every job ends, or SECONDS pass,
+#   bench/gpu/gpu_jobs.sh start NAME GPUS -- CMD...   run CMD in the background on GPUS
+#   bench/gpu/gpu_jobs.sh wait SECONDS                  until every job ends, or SECONDS pass,
 #                                                   then collect (below)
-#   bench/gpu_jobs.sh collect                       tar every job's folder into $OUT
+#   bench/gpu/gpu_jobs.sh collect                       tar every job's folder into $OUT
 # Every wait brings back what the jobs have written so far: once the machine
 # was given back between two polls and a 70B run's files, written but not yet
 # collected, were lost.

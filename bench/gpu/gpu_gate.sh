@@ -5,7 +5,7 @@
 #   2. a pull request that adds a serving profile with a planted regression
 #      (max_num_seqs 24 under 32 users): prgate --base HEAD~1 judges it by A/B against
 #      default at the base, then reruns the stored baselines on a fresh boot.
-# Run from a copy of the repository (bench/gpu_jobs.sh start makes one); it makes that
+# Run from a copy of the repository (bench/gpu/gpu_jobs.sh start makes one); it makes that
 # copy a git repository of its own, since a device command brings no .git.
 # Needs vLLM importable (PYTHONPATH=~/vllm-site). Writes everything under $OUT.
 set -uo pipefail

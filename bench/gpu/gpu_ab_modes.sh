@@ -6,7 +6,7 @@
 #      sides booted in turn on one slot (CBBC), each with the profile's own memory.
 # An A/A must pass; the intervals say how steady each mode holds a metric, and the
 # prgate summaries say what each costs (wall and GPU minutes, boots in the log).
-# Run from a copy of the repository (bench/gpu_jobs.sh start makes one); it makes that
+# Run from a copy of the repository (bench/gpu/gpu_jobs.sh start makes one); it makes that
 # copy a git repository of its own, since a device command brings no .git.
 # Needs vLLM importable (PYTHONPATH=~/vllm-site). Writes everything under $OUT.
 set -uo pipefail

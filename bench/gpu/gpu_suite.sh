@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The example suite on a GPU machine with the Llama-3.1-8B-shaped preset (dummy weights).
-# Usage, from the repository root: bench/gpu_suite.sh TAG [pytest args...]
+# Usage, from the repository root: bench/gpu/gpu_suite.sh TAG [pytest args...]
 # Needs vLLM importable (on the lent H200: PYTHONPATH=~/vllm-site, where it is staged).
 # The GPU experiment profiles (half-gpu*, one-gpu-*, tp2-*) live in bench/profiles/.
 # Writes TAG.json, TAG.md, TAG.log and tarballs of the baselines and plots to $OUT (or out/gpu).

@@ -8,7 +8,7 @@
 #      (no-prefix-cache): TTFT by turn and the prefix-cache hit rate.
 # The capacity lines are in capacity-ab.log (the progress lines and the test's line);
 # the multi-turn metrics in multi-turn.json. Run from a copy of the repository
-# (bench/gpu_jobs.sh start makes one). Needs vLLM importable (PYTHONPATH=~/vllm-site).
+# (bench/gpu/gpu_jobs.sh start makes one). Needs vLLM importable (PYTHONPATH=~/vllm-site).
 # Writes everything under $OUT.
 set -uo pipefail
 out=${OUT:-out/gpu-capacity}

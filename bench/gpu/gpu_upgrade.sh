@@ -6,12 +6,12 @@
 #      on BASE_PYTHON, 0.25.1), both servers resident, up to MAX_PAIRS pairs;
 #   2. crosscheck: on two fresh servers of the same two releases (half-gpu each),
 #      the plugin's A/B of a decode load and `vllm bench serve`'s output throughput on
-#      each (bench/gpu_crosscheck.py --base-python): whether the two ratios agree.
-# Usage: [TESTS=EXPR] [MAX_PAIRS=N] [PRESET=llama-8b] bash bench/gpu_upgrade.sh [gate] [crosscheck]
+#      each (bench/gpu/gpu_crosscheck.py --base-python): whether the two ratios agree.
+# Usage: [TESTS=EXPR] [MAX_PAIRS=N] [PRESET=llama-8b] bash bench/gpu/gpu_upgrade.sh [gate] [crosscheck]
 # (PLATFORM=cpu, PYTHON, BASE_EXEC, PLUGIN_ARGS= and XC_ARGS rehearse it on the CPU engine)
 # Needs 0.26.0 importable (PYTHONPATH=~/vllm-site) and 0.25.1's packages in ~/vllm-site2
 # (../shared/gpu/README.md: a second stash, VLLM_STASH=~/stash2 and SITE ~/vllm-site2).
-# Run from a copy of the repository (bench/gpu_jobs.sh start makes one). Writes under $OUT.
+# Run from a copy of the repository (bench/gpu/gpu_jobs.sh start makes one). Writes under $OUT.
 set -uo pipefail
 out=${OUT:-out/gpu-upgrade}
 cache=${VLLM_PERF_CACHE:-.vllm-perf-cache}
@@ -49,7 +49,7 @@ gate() {
 
 crosscheck() {
   local started=$SECONDS
-  ${PYTHON:-python3} bench/gpu_crosscheck.py --out "$out/crosscheck" --steps ab --base half-gpu \
+  ${PYTHON:-python3} bench/gpu/gpu_crosscheck.py --out "$out/crosscheck" --steps ab --base half-gpu \
     --candidate half-gpu --base-python "$base_python" --preset "${PRESET:-llama-8b}" \
     --platform "${PLATFORM:-cuda}" --ab-repeat 8 --vb-repeat 3 --cache-dir "$cache" \
     ${XC_ARGS:-} 2>&1 | tee "$out/crosscheck.log"

@@ -8,8 +8,8 @@
 #   2. share: the same two tests under `pytest -n 2 --vllm-workers-per-gpu 2`: each
 #      worker boots its own server with a little under half the GPU's memory, both load
 #      the GPU at once, and the controller writes one merged report.
-# Usage, from a copy of the repository (bench/gpu_jobs.sh start makes one):
-#   [PRESET=llama-8b] [REPEAT=3] bash bench/gpu_cost_share.sh [energy] [share]
+# Usage, from a copy of the repository (bench/gpu/gpu_jobs.sh start makes one):
+#   [PRESET=llama-8b] [REPEAT=3] bash bench/gpu/gpu_cost_share.sh [energy] [share]
 # Needs vLLM, pytest-xdist and nvidia-ml-py importable (PYTHONPATH=~/vllm-site, where
 # they are staged). Writes everything under $OUT.
 set -uo pipefail

@@ -18,7 +18,7 @@ Writes ``crosscheck.json`` and ``crosscheck.md`` to ``--out`` after each step, s
 run stopped at the GPU time limit keeps what it finished. From the repository root,
 with vLLM importable::
 
-    python3 bench/gpu_crosscheck.py --out out/xc
+    python3 bench/gpu/gpu_crosscheck.py --out out/xc
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pytest_vllm_perf.report import document, text
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
 from pytest_vllm_perf.tools import crosscheck
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def say(message: str) -> None:
@@ -77,7 +77,8 @@ def main() -> int:
     def emit() -> None:
         data["seconds"] = round(time.monotonic() - started, 1)
         atomic.write_text(args.out / "crosscheck.json", json.dumps(data, indent=1) + "\n")
-        head = f"`python3 bench/gpu_crosscheck.py {' '.join(sys.argv[1:])}` ({data['seconds']} s)"
+        argv = " ".join(sys.argv[1:])
+        head = f"`python3 bench/gpu/gpu_crosscheck.py {argv}` ({data['seconds']} s)"
         atomic.write_text(args.out / "crosscheck.md", "\n".join([head, "", *lines]) + "\n")
 
     where = profiles.search_path(ROOT / "bench" / "profiles")
