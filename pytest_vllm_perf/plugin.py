@@ -32,7 +32,7 @@ from pytest_vllm_perf.measure.modes import AB_MODES, Mode
 from pytest_vllm_perf.report import cost, document, formats, plots, sides, text
 from pytest_vllm_perf.report.view import View
 from pytest_vllm_perf.serving import hardware, hub, server
-from pytest_vllm_perf.serving.pool import PoolConfig, ServerHandle, ServerPool
+from pytest_vllm_perf.serving.pool import ServerHandle
 from pytest_vllm_perf.settings import Settings
 
 PERF_FIXTURES = ("vllm_perf", "vllm_server")
@@ -48,26 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "vllm_perf(workload=NAME, thresholds={...}, tolerances={...}, profile=NAME, "
         "repeat=N, gate=[METRIC, ...], **overrides): a vLLM perf test",
     )
-    settings = Settings.from_config(config)
-    config.stash[state.SETTINGS] = settings
-    share = state.own_devices(config, settings) if state.is_worker(config) else 1
-    config.stash[state.OUTCOMES] = []
-    config.stash[state.WORKER_REPORTS] = []
-    config.stash[state.STARTED] = time.monotonic()
-    config.stash[state.POOL] = ServerPool(
-        PoolConfig(
-            cache_dir=settings.cache_dir,
-            model=settings.model,
-            preset=settings.preset,
-            platform=settings.platform,
-            boot_timeout_s=settings.boot_timeout_s,
-            external_url=settings.url,
-            split_memory=settings.ab and settings.ab_mode == "resident",
-            gpu_share=share,
-        ),
-        state.progress_writer(config),
-    )
-    state.start_relay(config)
+    state.PerfSession.start(config)
     _stop_servers_on_sigterm()
 
 
@@ -93,10 +74,9 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    state.stop_relay(config)
-    pool = config.stash.get(state.POOL, None)
-    if pool is not None:
-        pool.stop()
+    found = config.stash.get(state.SESSION, None)  # None: the settings were refused
+    if found is not None:
+        found.stop()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -104,7 +84,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     mark = metafunc.definition.get_closest_marker("vllm_perf")
     pinned = mark.kwargs.get("profile") if mark else None
-    selected = metafunc.config.stash[state.SETTINGS].profiles
+    selected = state.of(metafunc.config).settings.profiles
     names = [pinned] if isinstance(pinned, str) else list(pinned or selected)
     metafunc.parametrize("vllm_profile", names, indirect=True, ids=names)
 
@@ -113,13 +93,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Check every perf test's marker and stored baselines, then group perf tests by
     profile (stable), so each server boots once per session."""
-    settings = config.stash[state.SETTINGS]
+    session = state.of(config)
+    settings = session.settings
     # the A/B tests share the run's A/B false-alarm budget, the others the stored one:
     # counted over every shard, so that the shards' tests together spend one budget
     ab_tests = _ab_tests(items) if settings.ab else 0
     stored_tests = _perf_tests(items) - ab_tests
     settings = dataclasses.replace(settings, ab_tests=ab_tests, stored_tests=stored_tests)
-    config.stash[state.SETTINGS] = settings
+    session.settings = settings
     if settings.shard is not None:
         kept = [item for item in items if in_shard(item, settings.shard)]
         config.hook.pytest_deselected(items=[i for i in items if i not in kept])
@@ -154,7 +135,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not problems and not config.option.collectonly:  # the engine's own parser, once
         # every file is known to be sound
         wanted = _servers_wanted(items, settings, loaded)
-        problems += config.stash[state.POOL].check_engine_args(wanted)
+        problems += session.pool.check_engine_args(wanted)
     if problems:
         raise pytest.UsageError("\n".join(problems))
     order = {name: i for i, name in enumerate(settings.profiles)}
@@ -220,7 +201,8 @@ def _profile_of(item: pytest.Item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before the fixtures' setup, so that their boots count
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    pool = item.config.stash.get(state.POOL, None)
+    found = item.config.stash.get(state.SESSION, None)
+    pool = found.pool if found is not None else None
     if pool is not None and "vllm_perf" in getattr(item, "fixturenames", ()):
         item.stash[state.COST_MARK] = CostClock.now(lambda: pool.booted_s, pool.config.gpus_held())
 
@@ -228,7 +210,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture
 def vllm_profile(request: pytest.FixtureRequest) -> Profile:
     """The resolved tuning profile this test runs under."""
-    settings = request.config.stash[state.SETTINGS]
+    settings = state.of(request.config).settings
     return settings.load_profile(getattr(request, "param", None) or settings.profiles[0])
 
 
@@ -236,7 +218,7 @@ def vllm_profile(request: pytest.FixtureRequest) -> Profile:
 def vllm_server(request: pytest.FixtureRequest, vllm_profile: Profile) -> ServerHandle:
     """A healthy vLLM server running this test's profile (shared by all its tests)."""
     try:
-        return request.config.stash[state.POOL].get(vllm_profile)
+        return state.of(request.config).pool.get(vllm_profile)
     except ServerError as exc:
         message = str(exc)  # failed outside the handler: the error is printed once
     pytest.fail(message, pytrace=False)
@@ -245,9 +227,8 @@ def vllm_server(request: pytest.FixtureRequest, vllm_profile: Profile) -> Server
 @pytest.fixture
 def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iterator[PerfFixture]:
     """Run workloads against this test's vLLM server: ``vllm_perf.run("interference")``."""
-    config = request.config
-    settings = config.stash[state.SETTINGS]
-    pool = config.stash[state.POOL]
+    session = state.of(request.config)
+    settings, pool = session.settings, session.pool
     mode: Mode | None = None  # the fixture's default: the stored baseline
     failure = ""
     if settings.ab and not _pinned(request.node):
@@ -268,7 +249,7 @@ def vllm_perf(request: pytest.FixtureRequest, vllm_server: ServerHandle) -> Iter
         request.node,
         settings,
         vllm_server,
-        config.stash[state.OUTCOMES].append,
+        session.outcomes.append,
         pool.progress,
         mode,
         clock=request.node.stash.get(state.COST_MARK, None),
@@ -279,14 +260,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """On a pytest-xdist worker, its results go to the controller as a report (the
     worker's own terminal and files are nobody's to read or write)."""
     config = session.config
-    state.stop_relay(config)  # the workers' last lines, before the summary
-    outcomes = config.stash.get(state.OUTCOMES, [])
-    if state.is_worker(config) and outcomes:
-        report = document.build(outcomes, state.run_record(config.stash[state.SETTINGS]))
+    perf = config.stash.get(state.SESSION, None)
+    if perf is None:
+        return
+    perf.stop_relay()  # the workers' last lines, before the summary
+    outcomes = perf.outcomes
+    if perf.is_worker and outcomes:
+        report = document.build(outcomes, perf.run_record())
         config.workeroutput[state.WORKER_OUTPUT] = json.dumps(report.to_json(), default=str)  # type: ignore[attr-defined]
-    elif state.SETTINGS in config.stash and config.stash[state.SETTINGS].inconclusive == "exit":
+    elif perf.settings.inconclusive == "exit":
         undecided = [o.gate.summary() for o in outcomes if o.gate is not None] + [
-            r.verdict for _, doc in config.stash.get(state.WORKER_REPORTS, []) for r in doc.results
+            r.verdict for _, doc in perf.worker_reports for r in doc.results
         ]
         if session.exitstatus == pytest.ExitCode.OK and "inconclusive" in undecided:
             session.exitstatus = options.INCONCLUSIVE_EXIT
@@ -298,7 +282,7 @@ def pytest_testnodedown(node: Any, error: object) -> None:
     if found:
         name = str(getattr(node, "gateway", None) and node.gateway.id)
         report = Report.from_json(json.loads(found), f"worker {name}'s report")
-        node.config.stash[state.WORKER_REPORTS].append((name, report))
+        state.of(node.config).worker_reports.append((name, report))
 
 
 def _pictures(outcomes: list[Outcome], settings: Settings, terminal: Any) -> list[Path]:
@@ -319,14 +303,16 @@ def _pictures(outcomes: list[Outcome], settings: Settings, terminal: Any) -> lis
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    if config.stash.get(state.WORKER_REPORTS, []):
-        state.merged_summary(terminalreporter, config)
+    perf = config.stash.get(state.SESSION, None)
+    if perf is None:
         return
-    outcomes = config.stash.get(state.OUTCOMES, [])
-    if not outcomes or state.is_worker(config):
+    if perf.worker_reports:
+        perf.merged_summary(terminalreporter)
         return
-    settings = config.stash[state.SETTINGS]
-    report = document.build(outcomes, state.run_record(settings))
+    outcomes, settings = perf.outcomes, perf.settings
+    if not outcomes or perf.is_worker:
+        return
+    report = document.build(outcomes, perf.run_record())
     terminalreporter.section("vLLM perf summary")
     notes = text.gate_notes(outcomes)
     for line in text.summary_lines(report.results) + notes:
@@ -337,7 +323,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     for line in sided:
         terminalreporter.write_line(line)
     pictures, notes = _pictures(outcomes, settings, terminalreporter), notes + sided
-    wall_s = time.monotonic() - config.stash[state.STARTED]
+    wall_s = time.monotonic() - perf.started
     cuda = any(o.provenance.environment.platform == "cuda" for o in outcomes)
     headline = text.verdict_line(report.results, wall_s, hardware.gpu_count() if cuda else 0)
     view = View(report, headline, tuple(notes), tuple(pictures), linked=bool(settings.plots_dir))

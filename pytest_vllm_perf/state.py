@@ -1,11 +1,13 @@
-"""One pytest session's state and its pytest-xdist roles: the stash keys the plugin's
-hooks share, progress lines (a worker's relayed to its controller's terminal), a
+"""One pytest session's vLLM perf state as one object (``PerfSession``, in the config's
+stash, as pytest-xdist registers its ``DSession``): the settings, the server pool,
+the outcomes, progress lines (a worker's relayed to its controller's terminal), a
 worker's own devices, and the controller's one summary of every worker's results."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Any, Final
 
@@ -18,38 +20,118 @@ from pytest_vllm_perf.fixture import CostClock
 from pytest_vllm_perf.report import formats, merged, relay
 from pytest_vllm_perf.report.view import View
 from pytest_vllm_perf.serving import hardware
-from pytest_vllm_perf.serving.pool import ServerPool
+from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
 from pytest_vllm_perf.settings import Settings
 
-__all__ = [
-    "COST_MARK",
-    "OUTCOMES",
-    "POOL",
-    "RELAY",
-    "SETTINGS",
-    "STARTED",
-    "WORKER_OUTPUT",
-    "WORKER_REPORTS",
-    "is_worker",
-    "merged_summary",
-    "own_devices",
-    "progress_writer",
-    "run_record",
-    "start_relay",
-    "stop_relay",
-    "terminal_line",
-]
+__all__ = ["COST_MARK", "SESSION", "WORKER_OUTPUT", "PerfSession", "of"]
 
-SETTINGS = pytest.StashKey[Settings]()
-POOL = pytest.StashKey[ServerPool]()
-RELAY = pytest.StashKey[relay.Relay]()  # a pytest-xdist controller's relay of progress
-OUTCOMES = pytest.StashKey[list[Outcome]]()
-STARTED = pytest.StashKey[float]()  # the session's start (time.monotonic), for its minutes
-# under pytest-xdist, on the controller: each worker's --vllm-json report, as it ended
-WORKER_REPORTS = pytest.StashKey[list[tuple[str, Report]]]()
 WORKER_OUTPUT: Final = "vllm_perf_report"
 # where a test's setup began, before its servers boot: what its CostClock counts from
 COST_MARK = pytest.StashKey[CostClock]()
+
+
+class PerfSession:
+    """What the plugin's hooks and fixtures share for one session: its settings (the
+    collection adds the run's test counts), its servers, its outcomes, its start (for
+    its minutes), and its pytest-xdist role: a worker's own devices and relayed
+    progress, or on the controller the relay and each worker's report as it ended."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, pool: ServerPool) -> None:
+        self.config = config
+        self.settings = settings
+        self.pool = pool
+        self.outcomes: list[Outcome] = []
+        self.worker_reports: list[tuple[str, Report]] = []
+        self.started = time.monotonic()
+        self.relay: relay.Relay | None = None
+
+    @classmethod
+    def start(cls, config: pytest.Config) -> PerfSession:
+        """Read the settings (a usage error before anything else), take a worker's
+        devices, make the pool, start a controller's relay; kept in the stash."""
+        settings = Settings.from_config(config)
+        share = own_devices(config, settings) if is_worker(config) else 1
+        pool = ServerPool(
+            PoolConfig(
+                cache_dir=settings.cache_dir,
+                model=settings.model,
+                preset=settings.preset,
+                platform=settings.platform,
+                boot_timeout_s=settings.boot_timeout_s,
+                external_url=settings.url,
+                split_memory=settings.ab and settings.ab_mode == "resident",
+                gpu_share=share,
+            ),
+            progress_writer(config),
+        )
+        session = cls(config, settings, pool)
+        config.stash[SESSION] = session
+        session.start_relay()
+        return session
+
+    @property
+    def is_worker(self) -> bool:
+        return is_worker(self.config)
+
+    def start_relay(self) -> None:
+        """On a pytest-xdist controller whose workers are to come, relay their progress."""
+        config = self.config
+        workers = config.getoption("numprocesses", None) or config.getoption("tx", None)
+        if self.is_worker or not config.pluginmanager.hasplugin("xdist") or not workers:
+            return
+        self.relay = relay.Relay(terminal_line(config))
+        self.relay.start()
+
+    def stop_relay(self) -> None:
+        """Stop the relay once: at the session's end, or at unconfigure if the session
+        never ended (a usage error after configure)."""
+        found, self.relay = self.relay, None
+        if found is not None:
+            found.stop()
+
+    def stop(self) -> None:
+        """At unconfigure: the relay, then every server."""
+        self.stop_relay()
+        self.pool.stop()
+
+    def run_record(self) -> dict[str, Any]:
+        """What the session was, for its report: its shard and the budgets it judged under."""
+        settings = self.settings
+        return {
+            "shard": None if settings.shard is None else "{}/{}".format(*settings.shard),
+            "ab_tests": settings.ab_tests,
+            "stored_tests": settings.stored_tests,
+            "ab_run_alpha": settings.ab_run_alpha,
+            "stored_run_alpha": settings.stored_run_alpha,
+        }
+
+    def merged_summary(self, terminalreporter: Any) -> None:
+        """The controller's one summary, report files and line of every worker's results."""
+        reports = sorted(self.worker_reports, key=lambda r: r[0])
+        try:
+            doc, missing = merged.merge(reports, shards_of_one_run=False)
+        except VllmPerfError as exc:
+            terminalreporter.write_line(f"vLLM perf workers' reports not merged: {exc}", red=True)
+            return
+        terminalreporter.section("vLLM perf summary")
+        lines, headline = merged.summary(doc, missing)
+        for line in lines:
+            terminalreporter.write_line(line)
+        view = View(doc, headline, missing=tuple(missing))
+        paths = self.settings.report_paths
+        for path in formats.write(view, paths, os.environ.get("GITHUB_STEP_SUMMARY")):
+            terminalreporter.write_line(f"vLLM perf report written: {path}")
+        terminalreporter.write_line(
+            headline.text, bold=True, red=headline.failed, green=not headline.failed
+        )
+
+
+SESSION = pytest.StashKey[PerfSession]()
+
+
+def of(config: pytest.Config) -> PerfSession:
+    """The session's state (``PerfSession.start`` put it in the stash at configure)."""
+    return config.stash[SESSION]
 
 
 def terminal_line(config: pytest.Config) -> Progress:
@@ -74,36 +156,6 @@ def progress_writer(config: pytest.Config) -> Progress:
         return relay.worker_progress(Path(folder), worker)
     write = terminal_line(config)
     return lambda message: write(f"[vllm-perf] {message}")
-
-
-def start_relay(config: pytest.Config) -> None:
-    """On a pytest-xdist controller whose workers are to come, relay their progress."""
-    workers = config.getoption("numprocesses", None) or config.getoption("tx", None)
-    if is_worker(config) or not config.pluginmanager.hasplugin("xdist") or not workers:
-        return
-    found = relay.Relay(terminal_line(config))
-    found.start()
-    config.stash[RELAY] = found
-
-
-def stop_relay(config: pytest.Config) -> None:
-    """Stop the relay once: at the session's end, or at unconfigure if the session
-    never ended (a usage error after configure)."""
-    found = config.stash.get(RELAY, None)
-    if found is not None:
-        del config.stash[RELAY]
-        found.stop()
-
-
-def run_record(settings: Settings) -> dict[str, Any]:
-    """What a session was, for its report: its shard and the budgets it judged under."""
-    return {
-        "shard": None if settings.shard is None else "{}/{}".format(*settings.shard),
-        "ab_tests": settings.ab_tests,
-        "stored_tests": settings.stored_tests,
-        "ab_run_alpha": settings.ab_run_alpha,
-        "stored_run_alpha": settings.stored_run_alpha,
-    }
 
 
 def own_devices(config: pytest.Config, settings: Settings) -> int:
@@ -144,26 +196,3 @@ def own_devices(config: pytest.Config, settings: Settings) -> int:
 
 def is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")  # a pytest-xdist worker
-
-
-def merged_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """The controller's one summary, JSON and Markdown of every worker's results."""
-    settings = config.stash[SETTINGS]
-    found = config.stash[WORKER_REPORTS]
-    reports = sorted(found, key=lambda r: r[0])
-    try:
-        doc, missing = merged.merge(reports, shards_of_one_run=False)
-    except VllmPerfError as exc:
-        terminalreporter.write_line(f"vLLM perf workers' reports not merged: {exc}", red=True)
-        return
-    terminalreporter.section("vLLM perf summary")
-    lines, headline = merged.summary(doc, missing)
-    for line in lines:
-        terminalreporter.write_line(line)
-    view = View(doc, headline, missing=tuple(missing))
-    written = formats.write(view, settings.report_paths, os.environ.get("GITHUB_STEP_SUMMARY"))
-    for path in written:
-        terminalreporter.write_line(f"vLLM perf report written: {path}")
-    terminalreporter.write_line(
-        headline.text, bold=True, red=headline.failed, green=not headline.failed
-    )

@@ -15,14 +15,12 @@ import os
 
 import pytest
 
+from pytest_vllm_perf import state
 from pytest_vllm_perf.serving.pool import ServerPool
-from pytest_vllm_perf.state import POOL
 
 
 @pytest.hookimpl(trylast=True)  # after the plugin's own pytest_configure made the pool
 def pytest_configure(config: pytest.Config) -> None:
-    pool = config.stash[POOL]
-    url = os.environ["FAKE_VLLM_URL"]
-    config.stash[POOL] = ServerPool(
-        dataclasses.replace(pool.config, external_url=url), pool.progress
-    )
+    session = state.of(config)
+    pool, url = session.pool, os.environ["FAKE_VLLM_URL"]
+    session.pool = ServerPool(dataclasses.replace(pool.config, external_url=url), pool.progress)
