@@ -17,7 +17,7 @@ import pytest
 
 from pytest_vllm_perf import marker, measure
 from pytest_vllm_perf.core.errors import VllmPerfError
-from pytest_vllm_perf.core.records import Cost, Outcome, Progress
+from pytest_vllm_perf.core.records import Cost, GateResult, Outcome, Progress
 from pytest_vllm_perf.core.registry import tolerance_for
 from pytest_vllm_perf.core.workload import Workload, pass_count
 from pytest_vllm_perf.measure import modes
@@ -174,9 +174,7 @@ class PerfFixture:
             problems.append(f"{line}: capacity regressed")
         if not outcome.passed:  # the fit, or with no bounded interval what held
             problems.append(f"{line}: below the minimum of {min_rps:g} req/s")
-        require = self._settings.require_baseline
-        if result and require and result.status in eligibility.CANNOT_GATE:
-            problems.append(f"--vllm-require-baseline ({result.status}): {result.note}")
+        problems += _unusable(result, self._settings.require_baseline)
         if problems:
             pytest.fail("\n".join(dict.fromkeys(problems)), pytrace=False)
         return found
@@ -286,6 +284,11 @@ def _problems(outcome: Outcome, require_baseline: bool) -> list[str]:
     result = outcome.gate
     if result and result.regressions:
         problems.append(text.regression_message(result))
+    return problems + _unusable(result, require_baseline)
+
+
+def _unusable(result: GateResult | None, require_baseline: bool) -> list[str]:
+    """Under --vllm-require-baseline, a stored baseline that could not gate the test."""
     if result and require_baseline and result.status in eligibility.CANNOT_GATE:
-        problems.append(f"--vllm-require-baseline ({result.status}): {result.note}")
-    return problems
+        return [f"--vllm-require-baseline ({result.status}): {result.note}"]
+    return []

@@ -266,8 +266,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     perf.stop_relay()  # the workers' last lines, before the summary
     outcomes = perf.outcomes
     if perf.is_worker and outcomes:
-        report = document.build(outcomes, perf.run_record())
-        config.workeroutput[state.WORKER_OUTPUT] = json.dumps(report.to_json(), default=str)  # type: ignore[attr-defined]
+        report = document.to_json(outcomes, perf.run_record())  # the controller reads it typed
+        config.workeroutput[state.WORKER_OUTPUT] = json.dumps(report, default=str)  # type: ignore[attr-defined]
     elif perf.settings.inconclusive == "exit":
         undecided = [o.gate.summary() for o in outcomes if o.gate is not None] + [
             r.verdict for _, doc in perf.worker_reports for r in doc.results

@@ -20,6 +20,7 @@ from typing import Final, Literal, TypeAlias, cast, get_args
 from pytest_vllm_perf.core.errors import BaselineError
 
 __all__ = [
+    "VERDICT_WORDS",
     "CheckEntry",
     "GateEntry",
     "Headline",
@@ -36,7 +37,7 @@ __all__ = [
 Number: TypeAlias = float | str | None
 JsonObject: TypeAlias = Mapping[str, object]
 VerdictWord: TypeAlias = Literal["regressed", "improved", "unchanged", "inconclusive"]
-_WORDS: Final = frozenset(get_args(VerdictWord))
+VERDICT_WORDS: Final = frozenset(get_args(VerdictWord))
 
 
 def _need(
@@ -149,8 +150,8 @@ class VerdictEntry:
     @classmethod
     def from_json(cls, data: JsonObject, where: str) -> VerdictEntry:
         word = str(_need(data, "verdict", str, where))
-        if word not in _WORDS:
-            raise BaselineError(f"{where}: verdict {word!r} is none of {sorted(_WORDS)}")
+        if word not in VERDICT_WORDS:
+            raise BaselineError(f"{where}: verdict {word!r} is none of {sorted(VERDICT_WORDS)}")
         bounds = _list(data, "bounds", where, optional=True) or [None, None]  # before bounds
         if len(bounds) != 2:
             raise BaselineError(f"{where}: 'bounds' has {len(bounds)} values, not 2")

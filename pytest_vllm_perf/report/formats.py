@@ -40,13 +40,15 @@ FORMATS: Final[Mapping[str, Callable[[View, Path], str]]] = {
 def write(view: View, paths: Mapping[str, Path | None], step_summary: str | None) -> list[Path]:
     """Each requested file (``paths``: option dest -> path), written atomically; the
     Markdown also appended to the GitHub job summary (``step_summary``)."""
-    written = []
+    written, texts = [], {}
     for name, render in FORMATS.items():
         path = paths.get(name)
         if path is not None:
-            atomic.write_text(path, render(view, path))
+            texts[name] = render(view, path)
+            atomic.write_text(path, texts[name])
             written.append(path)
-    if step_summary:
+    if step_summary:  # the Markdown file's text when it was written: rendered once
+        summary = texts.get("vllm_markdown") or _markdown(view, None)
         with open(step_summary, "a", encoding="utf-8") as handle:
-            handle.write(_markdown(view, paths.get("vllm_markdown")))
+            handle.write(summary)
     return written

@@ -10,9 +10,9 @@ import html
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, get_args
+from typing import Final
 
-from pytest_vllm_perf.core.report import ResultEntry, VerdictEntry, VerdictWord
+from pytest_vllm_perf.core.report import VERDICT_WORDS, ResultEntry, VerdictEntry
 from pytest_vllm_perf.report import cost, text
 from pytest_vllm_perf.report.view import View
 
@@ -29,14 +29,13 @@ td.improved { color: #2e7d32; } td.inconclusive { color: #8a6d00; }
 pre { background: #f6f6f6; padding: 0.6em; white-space: pre-wrap; font-size: 0.85em; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 """
-_WORDS: Final = frozenset(get_args(VerdictWord))
 _VERDICT_HEADERS: Final = ("metric", "baseline", "current", "ratio", "interval",
                            "tolerance", "verdict", "gated", "basis")  # fmt: skip
 
 
 def _cell(text: str) -> str:
     """A cell; a verdict word is coloured by its class."""
-    kind = f' class="{text}"' if text in _WORDS else ""
+    kind = f' class="{text}"' if text in VERDICT_WORDS else ""
     return f"<td{kind}>{html.escape(text)}</td>"
 
 
