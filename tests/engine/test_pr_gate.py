@@ -20,35 +20,33 @@ from tests.scratch_git import git
 
 pytestmark = pytest.mark.engine
 
-# 16 users of a short decode, TTFT p50 gated on top of decode's own metrics. With
-# max_num_seqs 1 each request waits for the ones before it. With 8 users, on a fresh
-# clone whose boots took 98 and 203 s (load average 12), TTFT p50 read x3.47 (95% CI
-# x1.61..x7.48 over 10 pairs), p=0.003 against a Holm level of 0.002, and the worse
-# commit passed as inconclusive; twice the users doubles the queue each request waits
-# in, not the noise. With the tiny model, quiet,
-# TTFT p50 rose x9.4 and throughput fell to x0.43; but beside three more engine workers
-# on two cores the API server, not the engine, set the pace (every pass streamed in
-# bursts, base TTFT p50 365 ms): TTFT p50 read x1.03 and throughput x0.83, and the
-# worse commit passed. The small preset's decode step paces its own stream
-# (bench/results/cpu/burst_presets.md), so one sequence at a time is what the run
-# measures. 16 tokens, not 32: the candidate's queue drains after every pass. The
-# summary is printed below, so CI's log shows each run's ratios.
+# 16 users of a short decode on the small preset, whose decode step paces its own
+# stream on a quiet machine (bench/results/cpu/burst_presets.md); the server's own ITL
+# mean gated on top of decode's metrics (ITL p50, TPOT, throughput). The worse commit
+# runs the model four times as deep (hf_overrides, the plant bench/gpu/gpu_plant.sh puts
+# through this gate on a GPU): every decode step slows by about that factor.
+# Beside two CPU burners, client-side figures could not decide it: the base's stream
+# came in bursts in all 10 passes (ITL p50 and TPOT measured in 0 of them), one
+# candidate pass lost requests, and throughput read x0.511 ranked (Holm p 0.093); the
+# server's ITL mean read x4.156 (95% CI x3.523..x4.903 over 10 pairs, p 3.8e-12): the
+# engine's histograms time the step, not the starved API server and client. The commit
+# it replaces, one sequence at a time, slowed requests by queueing them, and beside two
+# burners a pair's throughput ratio scattered over a factor of e (x0.183, 95% CI
+# x0.071..x0.473 over 10 pairs): inconclusive. CI's log shows each run's summary.
 PRESET = "small"
 PERF_TEST = """
 import pytest
 
 @pytest.mark.vllm_perf(workload="decode", duration_s=2, warmup_requests=1, repeat=6,
                        chat={"users": 16, "prompt_tokens": 64, "output_tokens": 16},
-                       gate=["ttft_p50_ms"])
+                       gate=["server_itl_mean_ms"])
 def test_gate(vllm_perf):
     vllm_perf.run()
 """
+BASE = "engine: {max_model_len: 2048}\n"
+WORSE = "engine: {max_model_len: 2048, hf_overrides: {num_hidden_layers: 16}}\n"
 
-
-# a first look at 6 pairs, and one more at 10 only while a gated metric is undecided:
-# quiet, 6 pairs decide (TTFT p50 x45.7, bounds x26.9..x66.3 against x1.15, throughput
-# x0.117); beside two CPU burners in a fresh-clone CI run, 6 pairs left the candidate
-# inconclusive (throughput x0.200, 95% CI x0.070..x0.571, Holm p 0.024 against 0.0081)
+# a first look at 6 pairs, and one more at 10 only while a gated metric is undecided
 ONE_LOOK = ("--vllm-ab-max-pairs=10",)
 
 
@@ -88,15 +86,15 @@ def test_pull_request_gate_fails_a_worse_commit(tmp_path):
     (repo / "profiles").mkdir()
     (repo / "perf" / "test_gate.py").write_text(PERF_TEST)
     profile = repo / "profiles" / "gate.yaml"
-    profile.write_text("engine: {max_model_len: 2048}\n")
+    profile.write_text(BASE)
     (repo / ".gitignore").write_text(".vllm-perf-cache/\nout*/\n")
     git(repo, "init", "-q")
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "a serving config")
 
     # a worse commit: found as changed since HEAD~1 with no --profiles, and failed
-    profile.write_text("engine: {max_model_len: 2048, max_num_seqs: 1}\n")
-    git(repo, "commit", "-qam", "one sequence at a time")
+    profile.write_text(WORSE)
+    git(repo, "commit", "-qam", "a model four times as deep")
     status, text, record = _gate(repo, "out-worse", "--base=HEAD~1")
     summary = text.split("# vLLM perf gate")[-1]
     print(summary)
@@ -111,11 +109,11 @@ def test_pull_request_gate_fails_a_worse_commit(tmp_path):
     assert "--vllm-profile=gate --vllm-ab-rev=HEAD~1" in summary
     # a gated metric regressed (a verdict line without "[reported, not gated]")
     assert re.search(
-        r"(ttft_p50_ms|output_throughput|itl_p50_ms|tpot_mean_ms): .*\) regressed$",
+        r"(server_itl_mean_ms|output_throughput|itl_p50_ms|tpot_mean_ms): .*\) regressed$",
         summary,
         re.MULTILINE,
     ), summary
-    assert "differs from what it is judged against: profile engine.max_num_seqs (unset) -> 1" in (
+    assert "differs from what it is judged against: profile engine.hf_overrides (unset) -> " in (
         summary
     ), summary
     # the stored step: this repository has no baseline, which cannot gate, found at
