@@ -2,7 +2,7 @@
 
 One server of the default profile on an embedded preset, the decode workload (8 users,
 64 tokens, 6 s passes), 6 passes: per pass, whether the stream came in bursts
-(``stats.bursts``: median gap under 0.2 ms), the median gap, TPOT and throughput.
+(``compute.bursts``: median gap under 0.2 ms), the median gap, TPOT and throughput.
 
     .venv/bin/python bench/cpu_step_pace.py tiny small
 
@@ -23,8 +23,8 @@ import numpy as np
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.config.profiles import load
 from pytest_vllm_perf.measure import measure
+from pytest_vllm_perf.metrics import compute
 from pytest_vllm_perf.serving.pool import PoolConfig, ServerPool
-from pytest_vllm_perf.verdict import stats
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "results" / "cpu" / "step_pace.json"
@@ -39,10 +39,10 @@ def run(preset: str) -> list[dict[str, float | bool]]:
         )
         rows = []
         for p in measure(handle, decode, 6).passes:
-            m = stats.pass_metrics(decode, p)
+            m = compute.pass_metrics(decode, p)
             gaps = [x for r in p.records for x in r.itl]
             rows.append({
-                "bursty": bool(stats.bursts(decode, p)),
+                "bursty": bool(compute.bursts(decode, p)),
                 "median_gap_ms": float(np.median(gaps)) * 1000,
                 "tpot_mean_ms": m["tpot_mean_ms"],
                 "output_throughput": m["output_throughput"],

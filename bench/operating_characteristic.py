@@ -53,7 +53,8 @@ from pytest_vllm_perf.core.registry import (
     tolerance_for,
 )
 from pytest_vllm_perf.core.report import ResultEntry
-from pytest_vllm_perf.verdict import compare, drift, reports, sequential
+from pytest_vllm_perf.store import reports
+from pytest_vllm_perf.verdict import compare, drift, sequential
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

@@ -21,7 +21,8 @@ import noise  # bench/noise.py, beside this script
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.registry import default_tolerances, tolerance_for
 from pytest_vllm_perf.core.report import ResultEntry
-from pytest_vllm_perf.verdict import compare, reports, sequential
+from pytest_vllm_perf.store import reports
+from pytest_vllm_perf.verdict import compare, sequential
 
 
 def judge(result: dict) -> list[str]:

@@ -29,7 +29,8 @@ import numpy as np
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.records import Environment, Provenance, Verdict
 from pytest_vllm_perf.core.registry import METRICS, default_tolerances, split_key
-from pytest_vllm_perf.verdict import baseline, compare, drift, gate, sequential
+from pytest_vllm_perf.store import baselines
+from pytest_vllm_perf.verdict import compare, drift, gate, sequential
 from pytest_vllm_perf.verdict.drift import Component
 from pytest_vllm_perf.verdict.sequential import CALL_SHARE
 
@@ -303,11 +304,11 @@ def _stored(workload: str, factor: float) -> Trial:
     """The committed H200 baseline of two boots, against a new boot: its passes those of
     one of the stored boots drawn at random, moved by a boot level drawn at the
     platform's measured drift, with every gated metric ``factor`` times worse."""
-    stored = baseline.load(ROOT / STORED_FILES[workload])
+    stored = baselines.load(ROOT / STORED_FILES[workload])
     assert stored is not None
     keys = workloads.named(workload).gate
     tol = default_tolerances("cuda")
-    others = [baseline.load(ROOT / f) for w, f in STORED_FILES.items() if w != workload]
+    others = [baselines.load(ROOT / f) for w, f in STORED_FILES.items() if w != workload]
     allowance = gate.stored_drift(stored, [o for o in others if o], keys, _provenance())
 
     def trial(rng: np.random.Generator) -> bool:

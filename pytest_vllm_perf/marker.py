@@ -20,7 +20,8 @@ from pytest_vllm_perf.core.registry import threshold_target, validate_tolerances
 from pytest_vllm_perf.core.workload import Workload, pass_count
 from pytest_vllm_perf.serving import hardware, models
 from pytest_vllm_perf.settings import Settings
-from pytest_vllm_perf.verdict import baseline, capacity_store, eligibility
+from pytest_vllm_perf.store import baselines, capacities
+from pytest_vllm_perf.verdict import eligibility
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.thresholds import validate as validate_thresholds
 
@@ -185,7 +186,7 @@ def stored_baselines(node: pytest.Item, settings: Settings) -> list[str]:
     if not profile or settings.save_mode is not SaveMode.COMPARE or settings.ab:
         return []
     test_id = base_id(node)
-    problems = baseline.check_stored(settings.baseline_dir, test_id, profile)
+    problems = baselines.check_stored(settings.baseline_dir, test_id, profile)
     if problems or not settings.require_baseline:
         return problems
     platform = settings.platform or hardware.detect_platform()
@@ -204,7 +205,7 @@ def stored_baselines(node: pytest.Item, settings: Settings) -> list[str]:
     hw = hardware.hardware_class(platform)
     if (
         found[0] is GateStatus.MISSING
-        and capacity_store.capacity_path(settings.baseline_dir, hw, test_id, profile).exists()
+        and capacities.capacity_path(settings.baseline_dir, hw, test_id, profile).exists()
     ):  # a capacity test: its search is gated after the run
         return []
     return [f"{node.nodeid}: --vllm-require-baseline ({found[0]}): {found[1]}"]

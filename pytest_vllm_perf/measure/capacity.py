@@ -24,7 +24,8 @@ from pytest_vllm_perf.core.records import (
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.measure.plan import measure
 from pytest_vllm_perf.serving.pool import ServerHandle
-from pytest_vllm_perf.verdict import capacity, capacity_store, thresholds
+from pytest_vllm_perf.store import capacities
+from pytest_vllm_perf.verdict import capacity, thresholds
 from pytest_vllm_perf.verdict import capacity_gate as stored_capacity
 from pytest_vllm_perf.verdict import capacity_search as searches
 from pytest_vllm_perf.verdict.compare import STORED_ALPHA
@@ -104,7 +105,7 @@ class CapacityRun:
             "class": self.cls,
             "slo": dict(self.slo),
             "seconds": round(self.seconds, 3),
-            **{side: capacity_store.search_dict(found) for side, found in sides.items() if found},
+            **{side: capacities.search_dict(found) for side, found in sides.items() if found},
         }
         return Outcome(test_id, self.provenance, result, checks, verdict, search=search)
 

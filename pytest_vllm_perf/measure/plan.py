@@ -20,8 +20,9 @@ from pytest_vllm_perf.core.registry import default_tolerances, validate_toleranc
 from pytest_vllm_perf.core.workload import Workload
 from pytest_vllm_perf.load import runner, scrape
 from pytest_vllm_perf.load.runner import GAUGES_EVERY_S
+from pytest_vllm_perf.metrics import compute
 from pytest_vllm_perf.serving.pool import ServerHandle
-from pytest_vllm_perf.verdict import gate, stats, thresholds
+from pytest_vllm_perf.verdict import gate, thresholds
 from pytest_vllm_perf.verdict.compare import STORED_ALPHA
 from pytest_vllm_perf.verdict.gate import SaveMode
 from pytest_vllm_perf.verdict.sequential import DEFAULT_ALPHA
@@ -128,12 +129,12 @@ def assemble(
 ) -> Measurement:
     """A measurement from recorded passes (of one run, or gathered from several)."""
     passes = tuple(passes)
-    per_pass = tuple(stats.pass_metrics(workload, p) for p in passes)
+    per_pass = tuple(compute.pass_metrics(workload, p) for p in passes)
     peaks = scrape.gauge_peaks(tuple(gauges))
     return Measurement(
         workload=workload,
         passes=passes,
-        metrics=stats.measure_metrics(workload, passes, peaks, per_pass),
+        metrics=compute.measure_metrics(workload, passes, peaks, per_pass),
         pass_metrics=per_pass,
         gauges=tuple(gauges),
     )

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from pytest_vllm_perf.core.registry import METRICS, split_key
 from pytest_vllm_perf.core.report import Report, ResultEntry
-from pytest_vllm_perf.verdict import reports
+from pytest_vllm_perf.store import reports
 
 __all__ = ["FORMAT_VERSION", "benchmarks", "document"]
 

@@ -36,7 +36,8 @@ from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import MetricVerdict, Verdict
 from pytest_vllm_perf.core.registry import default_tolerances
 from pytest_vllm_perf.core.report import Report, ResultEntry
-from pytest_vllm_perf.verdict import compare, reports
+from pytest_vllm_perf.store import reports
+from pytest_vllm_perf.verdict import compare
 
 __all__ = ["Claim", "ClaimRow", "evaluate", "load", "markdown", "render"]
 

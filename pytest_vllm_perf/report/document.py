@@ -15,7 +15,7 @@ from pytest_vllm_perf.core.records import Measurement, MetricVerdict, Outcome
 from pytest_vllm_perf.core.registry import metrics_to_report, report_number
 from pytest_vllm_perf.core.report import Headline, Report
 from pytest_vllm_perf.report import cost, text
-from pytest_vllm_perf.verdict import baseline
+from pytest_vllm_perf.store import baselines
 
 __all__ = ["build", "markdown", "to_json"]
 
@@ -72,7 +72,7 @@ def to_json(outcomes: Sequence[Outcome], run: Mapping[str, Any] | None = None) -
                 "workload": o.result.workload.to_dict(),
                 "duration": round(o.result.duration_s, 3),
                 "metrics": metrics_to_report(o.result.metrics),
-                "distribution": baseline.distribution(o.result),
+                "distribution": baselines.distribution(o.result),
                 "passes": _passes_json(o.result),
                 **({"base_passes": _passes_json(o.base)} if o.base is not None else {}),
                 **({"capacity": dict(o.search)} if o.search is not None else {}),

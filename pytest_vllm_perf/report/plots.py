@@ -14,7 +14,7 @@ import numpy as np
 
 from pytest_vllm_perf.core.errors import PlotsUnavailable
 from pytest_vllm_perf.core.records import Outcome
-from pytest_vllm_perf.verdict.baseline import slug
+from pytest_vllm_perf.store.naming import slug
 
 __all__ = ["PlotsUnavailable", "write"]
 

@@ -23,7 +23,7 @@ from pytest_vllm_perf.core.records import (
 )
 from pytest_vllm_perf.core.registry import METRICS, metrics_from_report, split_key
 from pytest_vllm_perf.core.report import Headline, ResultEntry
-from pytest_vllm_perf.verdict import stats
+from pytest_vllm_perf.metrics import compute
 
 __all__ = [
     "COLUMNS",
@@ -220,7 +220,7 @@ def _burst_lines(where: str, o: Outcome) -> list[str]:
     lines, one a pass, sat above the regression line a reader looked for."""
     found: dict[str, list[tuple[int, float]]] = {}
     for p in o.result.passes:
-        for cls, gap in stats.bursts(o.result.workload, p).items():
+        for cls, gap in compute.bursts(o.result.workload, p).items():
             found.setdefault(cls, []).append((p.index + 1, gap))
     lines = []
     for cls, hits in found.items():

@@ -13,66 +13,39 @@ point with the run and commit after which it came, the means before and after, a
 Otava's p-value; ``--fail-recent N`` exits 1 when one of the last N runs starts a
 change beyond the metric's tolerance in its worse direction.
 
-Appending is atomic (the whole file is written to a temp file and renamed over it) and
-idempotent: a row's ``run_id`` is a hash of its test, profile and measured passes, so
-the same report appended twice is one row. A malformed history file is an error naming
-the file and line, and is never rewritten.
+The files and their appending (atomic, idempotent) are the store's: ``store.history``.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
-import io
 import json
 import math
 import os
-import re
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from pytest_vllm_perf.core import atomic
-from pytest_vllm_perf.core.errors import BaselineError, VllmPerfError
+from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.registry import (
-    COMPARED,
     METRICS,
     default_tolerances,
     split_key,
     tolerance_for,
 )
 from pytest_vllm_perf.core.report import Report
-from pytest_vllm_perf.verdict import baseline, reports
+from pytest_vllm_perf.store import provenance, reports
+from pytest_vllm_perf.store.history import COLUMNS, SPREAD, HistoryError, append, read
 
 __all__ = [
     "COLUMNS", "SPREAD", "ChangePoint", "HistoryError", "analyze", "append", "change_points",
-    "is_postgres", "main", "rows_of", "slug",
+    "is_postgres", "main", "rows_of",
 ]  # fmt: skip
-
-# The columns every history file starts with; each metric adds KEY and KEY.spread.
-COLUMNS: Final = (
-    "time", "run_id", "commit", "vllm_version", "model", "hardware_class", "platform",
-    "test", "profile", "profile_hash", "passes",
-)  # fmt: skip
-SPREAD: Final = ".spread"
-
-
-class HistoryError(VllmPerfError, ValueError):
-    """A history file or report that cannot be read; the message names the file."""
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
-
-
-def path_for(root: Path, hardware: str, test: str, profile: str) -> Path:
-    """``ROOT/1x_NVIDIA_H200/examples_test_decode.py_test_decode--default.csv``."""
-    return root / slug(hardware) / f"{slug(test)}--{slug(profile)}.csv"
 
 
 def _median_and_spread(values: Sequence[float]) -> tuple[str, str]:
@@ -115,82 +88,11 @@ def rows_of(report: Report, time: str, commit: str) -> list[dict[str, str]]:
     return rows
 
 
-def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """A history file's header and rows; HistoryError naming the file and line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return [], []
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HistoryError(f"{path}: cannot be read: {exc}") from exc
-    reader = csv.reader(io.StringIO(text))
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise HistoryError(f"{path}:1: empty history file (no header)") from None
-    missing = [c for c in COLUMNS if c not in header]
-    if missing:
-        raise HistoryError(f"{path}:1: not a history header: no column {', '.join(missing)}")
-    rows = []
-    for line, cells in enumerate(reader, start=2):
-        if len(cells) != len(header):
-            raise HistoryError(
-                f"{path}:{line}: {len(cells)} fields where the header has {len(header)}"
-            )
-        row = dict(zip(header, cells, strict=True))
-        for key in header[len(COLUMNS) :]:
-            if row[key]:
-                try:
-                    float(row[key])
-                except ValueError:
-                    raise HistoryError(
-                        f"{path}:{line}: {key}: not a number: {row[key]!r}"
-                    ) from None
-        rows.append(row)
-    return header, rows
-
-
-def append(root: Path, rows: Sequence[Mapping[str, str]]) -> list[str]:
-    """Append ``rows`` to their history files; a row whose ``run_id`` is there already
-    is left out. Returns one line per file touched."""
-    by_file: dict[Path, list[Mapping[str, str]]] = {}
-    for row in rows:
-        by_file.setdefault(
-            path_for(root, row["hardware_class"], row["test"], row["profile"]), []
-        ).append(row)
-    lines = []
-    for path, new in by_file.items():
-        header, old = _read(path)  # every file is checked before any is written
-        if not header:
-            header = list(COLUMNS) + sorted({k for r in new for k in r} - set(COLUMNS), key=_order)
-        seen = {r["run_id"] for r in old}
-        fresh = [r for r in new if r["run_id"] not in seen]
-        dropped = sorted({k for r in fresh for k in r} - set(header))
-        if fresh:
-            out = io.StringIO()
-            writer = csv.DictWriter(
-                out, header, restval="", extrasaction="ignore", lineterminator="\n"
-            )
-            writer.writeheader()
-            writer.writerows([*old, *fresh])
-            atomic.write_text(path, out.getvalue())
-        note = f" (not in its header, left out: {', '.join(dropped)})" if dropped else ""
-        lines.append(f"{path}: {len(old) + len(fresh)} run(s), {len(fresh)} appended{note}")
-    return lines
-
-
-def _order(column: str) -> tuple[int, str]:
-    """Metric columns in the registry's order, each followed by its spread."""
-    key = column.removesuffix(SPREAD)
-    rank = COMPARED.index(split_key(key)[1]) if split_key(key)[1] in COMPARED else len(COMPARED)
-    return rank, column
-
-
 @dataclass(frozen=True)
 class ChangePoint:
     """One change point Otava found in one metric of one history file."""
 
-    series: str  # the history file's name, or hardware/test--profile in PostgreSQL
+    series: str  # hardware/test/profile: the history file under its folder, or PostgreSQL's
     metric: str
     index: int  # the first run after the change, 0-based
     runs: int
@@ -238,12 +140,15 @@ def _epoch(value: str, path: Path, line: int) -> int:
     return int((stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp())
 
 
-def analyze(path: Path, max_pvalue: float = 0.001, window: int = 30) -> list[ChangePoint]:
-    """Otava's change points in every metric column of one history file."""
-    header, rows = _read(path)
+def analyze(
+    path: Path, max_pvalue: float = 0.001, window: int = 30, name: str = ""
+) -> list[ChangePoint]:
+    """Otava's change points in every metric column of one history file, its series
+    called ``name`` (default: the file's name)."""
+    header, rows = read(path)
     times = [_epoch(r["time"], path, i + 2) for i, r in enumerate(rows)]
     metrics = [k for k in header[len(COLUMNS) :] if not k.endswith(SPREAD)]
-    return change_points(path.name, rows, times, metrics, max_pvalue, window)
+    return change_points(name or path.name, rows, times, metrics, max_pvalue, window)
 
 
 def change_points(
@@ -294,7 +199,7 @@ def is_postgres(target: str | Path) -> bool:
 
 def _commit() -> str:
     """The commit being measured: $GITHUB_SHA in a workflow, else git's HEAD, else ''."""
-    found = os.environ.get("GITHUB_SHA") or baseline.commit_info()["id"] or ""
+    found = os.environ.get("GITHUB_SHA") or provenance.commit_info()["id"] or ""
     return str(found)[:12]
 
 
@@ -353,8 +258,18 @@ def _points(args: argparse.Namespace) -> tuple[list[ChangePoint], str]:
     files = sorted(Path(args.root).rglob("*.csv"))
     if not files:
         raise HistoryError(f"{args.root}: no history file (*.csv)")
-    points = [cp for path in files for cp in analyze(path, args.max_pvalue, args.window)]
+    root = Path(args.root)
+    points = [
+        cp
+        for path in files
+        for cp in analyze(path, args.max_pvalue, args.window, _series(root, path))
+    ]
     return points, f"{len(files)} file(s)"
+
+
+def _series(root: Path, path: Path) -> str:
+    """A history file's series: ``HARDWARE/TEST/PROFILE``, its path under the root."""
+    return path.relative_to(root).with_suffix("").as_posix()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

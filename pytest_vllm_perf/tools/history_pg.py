@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from pytest_vllm_perf.store import naming
 from pytest_vllm_perf.tools import history
 
 __all__ = ["PG_TABLE", "connect", "pg_analyze", "pg_append"]
@@ -113,7 +114,7 @@ def pg_analyze(url: str, max_pvalue: float = 0.001, window: int = 30) -> list[hi
                 stamps[run_id] = int(time.timestamp())
                 row[metric] = "" if value is None else repr(value)
             metrics = sorted({m for r in runs.values() for m in r} - {"time", "commit", "platform"})
-            name = f"{history.slug(hw)}/{history.slug(test)}--{history.slug(profile)}"
+            name = f"{naming.slug(hw)}/{naming.slug(test)}/{naming.slug(profile)}"
             found += history.change_points(
                 name, list(runs.values()), [stamps[k] for k in runs], metrics, max_pvalue, window
             )

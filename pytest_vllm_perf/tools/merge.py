@@ -22,7 +22,7 @@ from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.report import formats
 from pytest_vllm_perf.report.merged import merge, summary
 from pytest_vllm_perf.report.view import View
-from pytest_vllm_perf.verdict import reports
+from pytest_vllm_perf.store import reports
 
 __all__ = ["main", "merge"]
 

@@ -27,8 +27,8 @@ from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.report import benchjson
 from pytest_vllm_perf.report.sides import Side, side_by_side
-from pytest_vllm_perf.verdict import baseline
-from pytest_vllm_perf.verdict import reports as report_io
+from pytest_vllm_perf.store import baselines, naming, provenance
+from pytest_vllm_perf.store import reports as report_io
 
 __all__ = ["benchmark_json", "promote", "promote_main", "sides", "table"]
 
@@ -38,9 +38,9 @@ def sides(store: Path, hardware: str | None, profiles: list[str]) -> list[Side]:
     order = {name: i for i, name in enumerate(profiles)}
     found = []
     for path in sorted(store.glob("*/*/*.json")):
-        if hardware and path.parent.parent.name != baseline.slug(hardware):
+        if hardware and path.parent.parent.name != naming.slug(hardware):
             continue
-        stored = baseline.load(path)
+        stored = baselines.load(path)
         if stored is None or (profiles and stored.profile not in order):
             continue
         found.append(stored)
@@ -59,16 +59,16 @@ def promote(reports: Sequence[Path], store: Path, add: bool = False) -> list[str
                 continue
             fresh = report_io.from_report(result.to_json(), str(report))
             hardware = str(fresh["boots"][0]["environment"].get("hardware_class", "unknown"))
-            path = baseline.path_for(store, hardware, fresh["test"], fresh["profile"]["name"])
+            path = naming.path_for(store, hardware, fresh["test"], fresh["profile"]["name"])
             if path in docs:
-                docs[path] = baseline.merge_boots(docs[path], fresh, path)
-            elif add and (stored := baseline.load(path)) is not None:
-                docs[path] = baseline.merge_boots(stored.data, fresh, path)
+                docs[path] = baselines.merge_boots(docs[path], fresh, path)
+            elif add and (stored := baselines.load(path)) is not None:
+                docs[path] = baselines.merge_boots(stored.data, fresh, path)
             else:
                 docs[path] = fresh
     lines = []
     for path, doc in docs.items():
-        baseline.save(path, doc)
+        baselines.save(path, doc)
         name = doc["profile"]["name"]
         lines.append(f"{path}: {len(doc['boots'])} boot(s), {doc['test']} [{name}]")
     return lines + skipped
@@ -125,7 +125,7 @@ def benchmark_json(argv: Sequence[str]) -> int:
     except BaselineError as exc:
         print(exc, file=sys.stderr)
         return 2
-    written = benchjson.document(doc, baseline.commit_info())
+    written = benchjson.document(doc, provenance.commit_info())
     atomic.write_text(args.out, json.dumps(written, indent=2))
     print(
         f"{args.out}: {len(written['benchmarks'])} benchmark(s) from {len(doc.results)} result(s)"

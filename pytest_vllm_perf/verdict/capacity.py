@@ -31,11 +31,11 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
+from pytest_vllm_perf.core.capacity import METRIC, Capacity, Search
 from pytest_vllm_perf.core.records import MetricVerdict, Verdict
 from pytest_vllm_perf.verdict import intervals
 from pytest_vllm_perf.verdict.decide import FUTILITY
@@ -50,8 +50,6 @@ __all__ = [
     "margin",
     "t_975",
 ]
-
-METRIC: Final = "capacity_rps"
 
 
 @functools.lru_cache(maxsize=256)
@@ -71,26 +69,6 @@ def margin(measured: dict[str, float], limits: dict[str, float]) -> float:
         value = measured.get(key, math.inf)
         ratios.append(math.inf if not math.isfinite(value) else value / limit)
     return max(ratios)
-
-
-@dataclass(frozen=True)
-class Capacity:
-    """A capacity estimate: the rate, its 95% interval, and what it was fitted from."""
-
-    rps: float
-    low: float
-    high: float
-    passes: int
-    slope: float  # d log m / d log r: how steeply the margin rises with the rate
-    # the standard error of log(rps) (the delta method's, or Fieller's half-width in t
-    # units where wider), on ``df`` degrees of freedom: what a ratio of two capacities
-    # is judged with (``judge``); nan when the fit has no slope
-    log_se: float = math.nan
-    df: int = 0
-
-    @property
-    def bounded(self) -> bool:
-        return math.isfinite(self.low) and math.isfinite(self.high)
 
 
 def _fieller(
@@ -141,47 +119,6 @@ def fit(rates: Sequence[float], margins: Sequence[float]) -> Capacity:
     se = max(se, (roots[1] - roots[0]) / (2 * math.sqrt(t2)))
     low, high = (math.exp(min(xbar + root, 700.0)) for root in roots)  # 700: below overflow
     return Capacity(rps, low, high if high < math.exp(700.0) else math.inf, n, b, se, n - 2)
-
-
-@dataclass(frozen=True)
-class Search:
-    """What a capacity search found, and what it spent: every pass's rate and margin."""
-
-    capacity: Capacity | None  # None: no fit was possible within the passes allowed
-    rates: tuple[float, ...]
-    margins: tuple[float, ...]
-    converged: bool  # the interval got narrower than the tolerance
-
-    @property
-    def passes(self) -> int:
-        return len(self.rates)
-
-    @property
-    def held(self) -> float:
-        """The highest rate at which a single pass kept the SLO (0 if none did)."""
-        return max(
-            (r for r, m in zip(self.rates, self.margins, strict=True) if m <= 1), default=0.0
-        )
-
-    @property
-    def broke(self) -> float:
-        """The lowest rate at which a single pass broke the SLO (inf if none did)."""
-        return min(
-            (r for r, m in zip(self.rates, self.margins, strict=True) if not m <= 1),
-            default=math.inf,
-        )
-
-    @property
-    def resolved(self) -> bool:
-        """Whether the fit gave a bounded interval: its point is then the capacity."""
-        return self.capacity is not None and self.capacity.bounded
-
-    @property
-    def lower_evidence(self) -> float:
-        """What a minimum is checked against: the fitted capacity when its interval is
-        bounded, else the highest rate a single pass held at (the fit's point, with an
-        unbounded interval, may be anywhere)."""
-        return self.capacity.rps if self.resolved and self.capacity else self.held
 
 
 # A capacity verdict's one-sided false-alarm bound when no run budget is shared: the

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pytest_vllm_perf.core.records import GateResult, GateStatus, MetricVerdict, Provenance, Verdict
-from pytest_vllm_perf.verdict import baseline, capacity_store, eligibility
+from pytest_vllm_perf.store import baselines, capacities
 from pytest_vllm_perf.verdict import capacity as capacity_stats
+from pytest_vllm_perf.verdict import eligibility
 from pytest_vllm_perf.verdict.gate import SaveMode
 
 __all__ = ["CapacityGate", "capacity", "capacity_ab"]
@@ -80,14 +81,14 @@ def capacity(
     or vLLM release is compared and not gated, as a workload baseline is. ``alpha``:
     the test's one-sided false-alarm bound (its share of the run's stored budget)."""
     env = provenance.environment
-    path = capacity_store.capacity_path(root, env.hardware_class, test_id, provenance.profile)
+    path = capacities.capacity_path(root, env.hardware_class, test_id, provenance.profile)
     if mode is not SaveMode.COMPARE:
-        baseline.save(
-            path, capacity_store.capacity_document(test_id, found, slo, workload_hash, provenance)
+        baselines.save(
+            path, capacities.capacity_document(test_id, found, slo, workload_hash, provenance)
         )
         note = "a capacity baseline keeps one search: saved" if mode is SaveMode.ADD_BOOT else ""
         return CapacityGate(GateStatus.SAVED, path, note=note)
-    loaded = capacity_store.load_capacity(path)
+    loaded = capacities.load_capacity(path)
     if loaded is None:
         return CapacityGate(GateStatus.MISSING, path, note=f"no capacity baseline at {path}")
     stored, data = loaded

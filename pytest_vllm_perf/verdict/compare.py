@@ -39,14 +39,13 @@ from typing import Final
 
 from pytest_vllm_perf.core.records import MetricVerdict, Verdict
 from pytest_vllm_perf.core.registry import METRICS, split_key, tolerance_for
+from pytest_vllm_perf.metrics.passes import Passes
 from pytest_vllm_perf.verdict import decide, intervals, measured, rules
 from pytest_vllm_perf.verdict.drift import NONE, Component
-from pytest_vllm_perf.verdict.passes import Passes
 from pytest_vllm_perf.verdict.sequential import Look
 
 __all__ = [
     "ALPHA",
-    "MAX_BOOTS",
     "MIN_PAIRS",
     "STORED_ALPHA",
     "Passes",
@@ -59,8 +58,6 @@ __all__ = [
 ALPHA: Final = 1 - intervals.CONFIDENCE
 # a stored-baseline test's one-sided bound on a false ``regressed``: one side of ALPHA
 STORED_ALPHA: Final = ALPHA / 2
-# the newest boots a baseline keeps (``baseline.add_boot`` drops the oldest beyond it)
-MAX_BOOTS: Final = 8
 MIN_PAIRS: Final = measured.MIN_PAIRS
 
 

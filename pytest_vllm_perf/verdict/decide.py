@@ -32,9 +32,9 @@ from typing import Final
 import numpy as np
 
 from pytest_vllm_perf.core.records import Verdict
+from pytest_vllm_perf.metrics.passes import Floats
 from pytest_vllm_perf.verdict import intervals, robust
 from pytest_vllm_perf.verdict.drift import NONE, Component
-from pytest_vllm_perf.verdict.intervals import Floats
 from pytest_vllm_perf.verdict.sequential import Look
 
 __all__ = [

@@ -28,7 +28,7 @@ from typing import Final
 
 import numpy as np
 
-from pytest_vllm_perf.verdict.intervals import Floats
+from pytest_vllm_perf.metrics.passes import Floats
 
 __all__ = [
     "BOOT_DRIFT",

@@ -10,7 +10,7 @@ from typing import Final
 from pytest_vllm_perf.config import profiles
 from pytest_vllm_perf.core import redact
 from pytest_vllm_perf.core.records import GateStatus, Provenance
-from pytest_vllm_perf.verdict import baseline
+from pytest_vllm_perf.store import baselines, naming
 
 __all__ = [
     "CANNOT_GATE",
@@ -42,7 +42,7 @@ CANNOT_GATE: Final = frozenset(
 
 
 def missing(root: Path, hw: str, test_id: str, profile: str, path: Path) -> tuple[GateStatus, str]:
-    others = baseline.find_other_hardware(root, hw, test_id, profile)
+    others = baselines.find_other_hardware(root, hw, test_id, profile)
     if others:
         note = f"baselines exist only for other hardware ({', '.join(others)}): not compared"
         return GateStatus.OTHER_HARDWARE, note
@@ -63,8 +63,8 @@ def precheck(
     None: missing, other hardware, another workload, model or release (``model``
     None: not known before the boot, e.g. a server someone else started), or one boot
     where no baseline of the hardware class holds two (its drift is unlearned)."""
-    path = baseline.path_for(root, hardware_class, test_id, profile)
-    stored = baseline.load(path)
+    path = naming.path_for(root, hardware_class, test_id, profile)
+    stored = baselines.load(path)
     if stored is None:
         return missing(root, hardware_class, test_id, profile, path)
     if workload_hash is not None and stored.data.get("workload_hash") != workload_hash:
@@ -73,7 +73,7 @@ def precheck(
     if found is not None:
         return found[0], f"{path}: {found[1]}"
     if len(stored.boots) < 2 and all(
-        len(b.boots) < 2 for b in baseline.of_hardware(root, hardware_class)
+        len(b.boots) < 2 for b in baselines.of_hardware(root, hardware_class)
     ):
         return GateStatus.ONE_BOOT, f"{path}: {ONE_BOOT_NOTE}"
     return None
@@ -106,7 +106,7 @@ def reported_only(
     return None
 
 
-def changes(stored: baseline.Baseline, provenance: Provenance) -> list[str]:
+def changes(stored: baselines.Baseline, provenance: Provenance) -> list[str]:
     """What differs since the baseline: profile settings, versions, model, placement."""
     return diff(stored.data.get("profile", {}), stored.environment, provenance)
 

@@ -21,9 +21,10 @@ from pytest_vllm_perf.core.records import (
     Verdict,
 )
 from pytest_vllm_perf.core.registry import COMPARED, SERVER_COMPARED
-from pytest_vllm_perf.verdict import baseline, compare, drift, eligibility
+from pytest_vllm_perf.metrics.passes import Floats
+from pytest_vllm_perf.store import baselines, naming
+from pytest_vllm_perf.verdict import compare, drift, eligibility
 from pytest_vllm_perf.verdict.drift import Component
-from pytest_vllm_perf.verdict.intervals import Floats
 from pytest_vllm_perf.verdict.sequential import CALL_SHARE, Design, Look
 
 __all__ = [
@@ -99,10 +100,10 @@ def evaluate(
     blamed on the change under test (upgrading is a change of its own: re-save).
     """
     hw = provenance.environment.hardware_class
-    path = baseline.path_for(root, hw, test_id, provenance.profile)
+    path = naming.path_for(root, hw, test_id, provenance.profile)
     if mode is not SaveMode.COMPARE:
         return _store(path, test_id, result, provenance, mode)
-    stored = baseline.load(path)
+    stored = baselines.load(path)
     if stored is None:
         status, note = eligibility.missing(root, hw, test_id, provenance.profile, path)
         return GateResult(status, path, note=note)
@@ -115,7 +116,7 @@ def evaluate(
     keys = compared_metrics(
         gated, current.metrics, *(b.metrics for b in stored.boots), report=result.workload.report
     )
-    others = [b for b in baseline.of_hardware(root, hw) if b.path != path]
+    others = [b for b in baselines.of_hardware(root, hw) if b.path != path]
     allowance = stored_drift(stored, others, gated, provenance)
     verdicts = compare.compare(
         stored.boots, current, keys, tolerances, gated=gated, pair=True, alpha=level,
@@ -140,14 +141,14 @@ def _store(
     path: Path, test_id: str, result: Measurement, provenance: Provenance, mode: SaveMode
 ) -> GateResult:
     """Save the measurement as the baseline's only boot, or add it as one more boot."""
-    stored = baseline.load(path) if mode is SaveMode.ADD_BOOT else None
+    stored = baselines.load(path) if mode is SaveMode.ADD_BOOT else None
     if stored is None:
-        baseline.save(path, baseline.document(test_id, result, provenance))
+        baselines.save(path, baselines.document(test_id, result, provenance))
         if mode is SaveMode.SAVE:
             return GateResult(GateStatus.SAVED, path)
         return GateResult(GateStatus.SAVED, path, note="no baseline to add to: saved as boot 1")
-    doc = baseline.add_boot(stored, test_id, result, provenance)
-    baseline.save(path, doc)
+    doc = baselines.add_boot(stored, test_id, result, provenance)
+    baselines.save(path, doc)
     return GateResult(
         GateStatus.BOOT_ADDED, path, note=f"the baseline now holds {len(doc['boots'])} boots"
     )
@@ -160,7 +161,7 @@ def _boot_logs(boots: Sequence[compare.Passes], key: str) -> list[Floats]:
 
 
 def hardware_drift(
-    stored: Sequence[baseline.Baseline], platform: str, also: Sequence[str] = ()
+    stored: Sequence[baselines.Baseline], platform: str, also: Sequence[str] = ()
 ) -> Component:
     """The boot drift of a hardware class: pooled over the gated metrics of its stored
     baselines (``drift.boot_drift``, with the platform's prior); ``also``: keys pooled
@@ -174,7 +175,7 @@ def hardware_drift(
 
 
 def stored_drift(
-    stored: baseline.Baseline, others: Sequence[baseline.Baseline], gated: Sequence[str],
+    stored: baselines.Baseline, others: Sequence[baselines.Baseline], gated: Sequence[str],
     provenance: Provenance,
 ) -> Component:  # fmt: skip
     """The allowance for boot drift of one new boot against the mean of ``stored``'s
@@ -191,7 +192,7 @@ def ab_drift(root: Path | None, provenance: Provenance, sequential: bool) -> Com
     platform = provenance.environment.platform
     if not sequential:
         return drift.offset(platform)
-    stored = baseline.of_hardware(root, provenance.environment.hardware_class) if root else []
+    stored = baselines.of_hardware(root, provenance.environment.hardware_class) if root else []
     return drift.cbbc(hardware_drift(stored, platform))
 
 

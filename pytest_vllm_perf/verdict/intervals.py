@@ -27,15 +27,15 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 
 import numpy as np
-from numpy.typing import NDArray
+
+from pytest_vllm_perf.metrics.passes import Floats
 
 __all__ = [
     "CONFIDENCE",
     "Estimate",
-    "Floats",
     "block_bootstrap",
     "holm",
     "mean_shift",
@@ -49,7 +49,6 @@ __all__ = [
 ]
 
 # float arrays of pass values and their logs, as every verdict module passes them
-Floats: TypeAlias = NDArray[np.floating[Any]]
 
 CONFIDENCE: Final = 0.95
 BOOTSTRAP: Final = 1000

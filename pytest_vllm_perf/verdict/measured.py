@@ -13,10 +13,10 @@ import numpy as np
 
 from pytest_vllm_perf.core.records import PassRecord, RequestRecord
 from pytest_vllm_perf.core.registry import LATENCIES, METRICS, split_key
-from pytest_vllm_perf.verdict import decide, intervals, rules, stats
+from pytest_vllm_perf.metrics import compute
+from pytest_vllm_perf.metrics.passes import Floats, Passes
+from pytest_vllm_perf.verdict import decide, intervals, rules
 from pytest_vllm_perf.verdict.drift import Component
-from pytest_vllm_perf.verdict.intervals import Floats
-from pytest_vllm_perf.verdict.passes import Passes
 from pytest_vllm_perf.verdict.sequential import Look
 
 __all__ = ["MIN_PAIRS", "Result", "is_single", "measure"]
@@ -249,17 +249,17 @@ def _bootstrap(
     statistic: intervals.Statistic
     if field in LATENCIES:  # each block's samples once, not once per replicate
         base_blocks, cur_blocks = (
-            [(stats.samples(mine(recs))[field], secs) for recs, secs in blocks]
+            [(compute.samples(mine(recs))[field], secs) for recs, secs in blocks]
             for blocks in (base_blocks, cur_blocks)
         )
 
         def statistic(values: Any, seconds: float) -> float:
-            return stats.latency_value(name, values)
+            return compute.latency_value(name, values)
 
     else:
 
         def statistic(values: Any, seconds: float) -> float:
-            return stats.value(name, mine(values), seconds)
+            return compute.value(name, mine(values), seconds)
 
     ratio, low, high, p = intervals.block_bootstrap(
         base_blocks, cur_blocks, statistic, seed, 1 + tolerance

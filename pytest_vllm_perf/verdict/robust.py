@@ -21,7 +21,8 @@ from typing import Final
 
 import numpy as np
 
-from pytest_vllm_perf.verdict.intervals import Floats, MeanShift, satterthwaite, t_sf
+from pytest_vllm_perf.metrics.passes import Floats
+from pytest_vllm_perf.verdict.intervals import MeanShift, satterthwaite, t_sf
 
 __all__ = ["TRIM", "dispersion_p", "trimmed_shift"]
 

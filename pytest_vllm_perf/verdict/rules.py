@@ -22,8 +22,8 @@ import numpy as np
 
 from pytest_vllm_perf.core.records import MetricVerdict, Verdict
 from pytest_vllm_perf.core.registry import split_key
-from pytest_vllm_perf.verdict import stats
-from pytest_vllm_perf.verdict.passes import Passes
+from pytest_vllm_perf.metrics import compute
+from pytest_vllm_perf.metrics.passes import Passes
 
 __all__ = ["BURST_SUSPECT", "burst_excess", "failed_requests", "fisher_greater", "streamed_worse"]
 
@@ -49,8 +49,8 @@ def _bursty(key: str, side: Passes) -> tuple[int, int]:
     the other classes only, a population of its own (``mixed`` with its chat class
     bursty in every pass came out ``unchanged`` on the long prompts' chunks)."""
     cls, _ = split_key(key)
-    flag = f"{cls}.{stats.BURSTY}" if cls else stats.BURSTY
-    suffix = f".{stats.BURSTY}"
+    flag = f"{cls}.{compute.BURSTY}" if cls else compute.BURSTY
+    suffix = f".{compute.BURSTY}"
     hits = 0
     for m in side.metrics:
         value = m.get(flag)
@@ -72,7 +72,7 @@ BURST_SUSPECT: Final = 0.05
 def burst_excess(key: str, base: Sequence[Passes], cur: Passes) -> tuple[float, str]:
     """Fisher's one-sided p that ``key``'s class streamed in bursts more often on the
     current side, and the counts as a line; (1, "") for a metric not per chunk."""
-    if not split_key(key)[1].startswith(stats.PER_CHUNK):
+    if not split_key(key)[1].startswith(compute.PER_CHUNK):
         return 1.0, ""
     k_cur, n_cur = _bursty(key, cur)
     k_base, n_base = map(sum, zip(*(_bursty(key, b) for b in base), strict=True))

@@ -20,8 +20,9 @@ from pytest_vllm_perf.core.records import Verdict
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.measure import capacity_search, measure
 from pytest_vllm_perf.report import benchjson
+from pytest_vllm_perf.store import reports
 from pytest_vllm_perf.tools import history, merge
-from pytest_vllm_perf.verdict import reports, thresholds
+from pytest_vllm_perf.verdict import thresholds
 from tests.shards import shard_names
 
 pytestmark = pytest.mark.engine

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 from pytest_vllm_perf.core.report import Report
+from pytest_vllm_perf.store import reports as reports_io
 from pytest_vllm_perf.tools import merge
-from pytest_vllm_perf.verdict import reports as reports_io
 from tests.plugin.conftest import PERF_TEST
 from tests.plugin.test_gate import SLOWDOWN, run
 from tests.shards import shard_names

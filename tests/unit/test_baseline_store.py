@@ -14,14 +14,14 @@ import time
 import pytest
 
 from pytest_vllm_perf.core.errors import BaselineError
-from pytest_vllm_perf.verdict import baseline
+from pytest_vllm_perf.store import baselines
 
 
 def test_save_is_atomic_and_stable(tmp_path):
     path = tmp_path / "hw" / "t" / "p.json"
-    baseline.save(path, {"b": 1, "a": [1.5, 2]})
+    baselines.save(path, {"b": 1, "a": [1.5, 2]})
     first = path.read_text()
-    baseline.save(path, {"a": [1.5, 2], "b": 1})
+    baselines.save(path, {"a": [1.5, 2], "b": 1})
     assert path.read_text() == first  # sorted keys: re-saving the same data is no diff
     assert list(path.parent.iterdir()) == [path]  # no temp files left behind
 
@@ -29,10 +29,10 @@ def test_save_is_atomic_and_stable(tmp_path):
 def test_load_rejects_corrupt_file_and_leaves_it(tmp_path):
     path = tmp_path / "p.json"
     path.write_text("{not json")
-    with pytest.raises(baseline.BaselineError, match=f"corrupt vLLM perf baseline {path}"):
-        baseline.load(path)
+    with pytest.raises(baselines.BaselineError, match=f"corrupt vLLM perf baseline {path}"):
+        baselines.load(path)
     assert path.read_text() == "{not json"
-    assert baseline.load(tmp_path / "absent.json") is None
+    assert baselines.load(tmp_path / "absent.json") is None
 
 
 def test_killed_writer_never_leaves_a_partial_file(tmp_path):
@@ -41,14 +41,14 @@ def test_killed_writer_never_leaves_a_partial_file(tmp_path):
     cannot remove is removed by the next save. Seen failing: with atomic.write_text
     writing straight into the file, a kill mid-write left JSON that did not parse."""
     path = tmp_path / "p.json"
-    baseline.save(path, {"generation": -1, "pad": "x" * 10})
+    baselines.save(path, {"generation": -1, "pad": "x" * 10})
     writer = textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from pytest_vllm_perf.verdict import baseline
+        from pytest_vllm_perf.store import baselines
         i = 0
         while True:
-            baseline.save(Path({str(path)!r}), {{"generation": i, "pad": "x" * 4_000_000}})
+            baselines.save(Path({str(path)!r}), {{"generation": i, "pad": "x" * 4_000_000}})
             print(i, flush=True)
             i += 1
     """)
@@ -64,7 +64,7 @@ def test_killed_writer_never_leaves_a_partial_file(tmp_path):
         assert proc.wait() == -signal.SIGKILL
         data = json.loads(path.read_text())  # whole, whichever generation it is
         assert data["pad"] == "x" * 4_000_000 and data["generation"] >= saved
-    baseline.save(path, {"generation": "final"})
+    baselines.save(path, {"generation": "final"})
     assert json.loads(path.read_text()) == {"generation": "final"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]  # no temp files left
 
@@ -73,7 +73,7 @@ def test_the_next_save_never_removes_a_live_writers_temp_file(tmp_path):
     path = tmp_path / "p.json"
     live = tmp_path / f".p.json.{os.getpid()}.abc.tmp"
     live.write_text("in progress")
-    baseline.save(path, {"a": 1})
+    baselines.save(path, {"a": 1})
     assert live.exists()
 
 
@@ -81,7 +81,7 @@ def test_a_full_disk_while_saving_leaves_the_old_baseline_intact(tmp_path, monke
     """ENOSPC on the temp file's fsync: the error names the file, the old one survives,
     and no temp file is left beside it."""
     path = tmp_path / "hw" / "test" / "default.json"
-    baseline.save(path, {"schema": 3, "old": True})
+    baselines.save(path, {"schema": 3, "old": True})
     before = path.read_bytes()
 
     def full(_fd: int) -> None:
@@ -89,7 +89,7 @@ def test_a_full_disk_while_saving_leaves_the_old_baseline_intact(tmp_path, monke
 
     monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(BaselineError, match=f"cannot write baseline {path}: No space left"):
-        baseline.save(path, {"schema": 3, "new": True, "pad": "x" * 100_000})
+        baselines.save(path, {"schema": 3, "new": True, "pad": "x" * 100_000})
     assert path.read_bytes() == before
     assert sorted(p.name for p in path.parent.iterdir()) == ["default.json"]
 
@@ -103,14 +103,14 @@ def test_a_baseline_folder_that_cannot_be_written_is_an_error_naming_it(tmp_path
     monkeypatch.setattr(tempfile, "mkstemp", denied)
     path = tmp_path / "store" / "hw" / "t" / "default.json"
     with pytest.raises(BaselineError, match=f"cannot write baseline {path}: Permission denied"):
-        baseline.save(path, {"schema": 3})
+        baselines.save(path, {"schema": 3})
     assert not path.exists()
 
 
 def test_ctrl_c_during_a_save_leaves_the_old_baseline_and_no_temp_file(tmp_path, monkeypatch):
     """KeyboardInterrupt lands between the temp file's write and its rename."""
     path = tmp_path / "hw" / "test" / "default.json"
-    baseline.save(path, {"schema": 3, "old": True})
+    baselines.save(path, {"schema": 3, "old": True})
     before = path.read_bytes()
 
     def interrupted(*_args: object) -> None:
@@ -118,6 +118,6 @@ def test_ctrl_c_during_a_save_leaves_the_old_baseline_and_no_temp_file(tmp_path,
 
     monkeypatch.setattr(os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        baseline.save(path, {"schema": 3, "new": True})
+        baselines.save(path, {"schema": 3, "new": True})
     assert path.read_bytes() == before
     assert sorted(p.name for p in path.parent.iterdir()) == ["default.json"]

@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from pytest_vllm_perf.verdict import capacity, capacity_search, capacity_store
+from pytest_vllm_perf.store import capacities
+from pytest_vllm_perf.verdict import capacity, capacity_search
 
 
 def test_a_noiseless_power_law_gives_the_capacity_exactly():
@@ -209,7 +210,7 @@ def test_a_stored_search_reads_back_and_a_corrupt_one_is_named(tmp_path):
     saved = capacity_gate.capacity(
         "t.py::t", found, slo, "w", provenance, tmp_path, 0.1, gate.SaveMode.SAVE
     )
-    stored, _ = capacity_store.load_capacity(saved.path)  # rounded to 6 places, as baselines are
+    stored, _ = capacities.load_capacity(saved.path)  # rounded to 6 places, as baselines are
     assert stored.rates == pytest.approx(found.rates, abs=1e-6)
     assert stored.margins == pytest.approx(found.margins, abs=1e-6)
     assert stored.capacity.rps == pytest.approx(found.capacity.rps, rel=1e-6)

@@ -10,7 +10,8 @@ import pytest
 
 from pytest_vllm_perf.core.records import PassRecord, RequestRecord, Verdict
 from pytest_vllm_perf.core.workload import RequestClass, Workload
-from pytest_vllm_perf.verdict import compare, drift, sequential, stats
+from pytest_vllm_perf.metrics import compute
+from pytest_vllm_perf.verdict import compare, drift, sequential
 
 LOAD = Workload("w", (RequestClass("c", 16, 32, users=1),))
 
@@ -39,7 +40,7 @@ def side(levels: list[float], seed: int, first_index: int = 0) -> compare.Passes
         for i, level in enumerate(levels)
     ]
     return compare.Passes(
-        metrics=tuple(stats.pass_metrics(LOAD, p) for p in records),
+        metrics=tuple(compute.pass_metrics(LOAD, p) for p in records),
         indices=tuple(p.index for p in records),
         durations=tuple(p.duration_s for p in records),
         records=tuple(records),

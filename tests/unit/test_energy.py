@@ -23,9 +23,9 @@ from pytest_vllm_perf.core.records import (
 )
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.load import boundary
+from pytest_vllm_perf.metrics import compute
 from pytest_vllm_perf.report import cost, document
 from pytest_vllm_perf.serving import energy
-from pytest_vllm_perf.verdict import stats
 
 
 class NVMLError(Exception):
@@ -106,18 +106,18 @@ def test_energy_per_1000_output_tokens_counts_every_token_of_the_pass():
     """Energy spans the whole pass, so its tokens are every request's, ramp-up ones
     too: 120 J over 50 + 10 tokens is 2000 J per 1,000; pooled over passes, the sum of
     joules over the sum of tokens. A pass without a meter has neither metric."""
-    one = stats.pass_metrics(WORKLOAD, _pass(0, 120.0))
+    one = compute.pass_metrics(WORKLOAD, _pass(0, 120.0))
     assert one["energy_j"] == 120.0 and one["energy_per_1k_tokens_j"] == pytest.approx(2000.0)
-    pooled = stats._energy((_pass(0, 120.0), _pass(1, 60.0, tokens=20)))
+    pooled = compute._energy((_pass(0, 120.0), _pass(1, 60.0, tokens=20)))
     assert pooled["energy_per_1k_tokens_j"] == pytest.approx(1000 * 180 / 90)
-    assert "energy_j" not in stats.pass_metrics(WORKLOAD, _pass(0, None))
-    assert math.isnan(stats._energy((_pass(0, math.nan),))["energy_per_1k_tokens_j"])
+    assert "energy_j" not in compute.pass_metrics(WORKLOAD, _pass(0, None))
+    assert math.isnan(compute._energy((_pass(0, math.nan),))["energy_per_1k_tokens_j"])
 
 
 def _outcome(joules: float | None, note: str = "") -> Outcome:
     passes = (_pass(0, joules), _pass(1, joules))
-    per_pass = tuple(stats.pass_metrics(WORKLOAD, p) for p in passes)
-    metrics = stats.measure_metrics(WORKLOAD, passes, {}, per_pass)
+    per_pass = tuple(compute.pass_metrics(WORKLOAD, p) for p in passes)
+    metrics = compute.measure_metrics(WORKLOAD, passes, {}, per_pass)
     env = Environment("cuda", "1x NVIDIA H200", "0.26.0", "2.11", "3.12")
     prov = Provenance("p", {}, "h", (), (), env, energy_note=note)
     return Outcome(

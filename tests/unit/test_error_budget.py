@@ -112,9 +112,10 @@ def test_a_new_boot_drifting_as_boots_do_is_not_a_regression_against_the_stored_
     (the hardware class's boot drift, ``gate.stored_drift``) nothing regresses; with the
     passes alone (seen failing with the allowance dropped), ITL p50 at 5% does."""
     from pytest_vllm_perf.core.registry import default_tolerances
-    from pytest_vllm_perf.verdict import baseline, compare, gate
+    from pytest_vllm_perf.store import baselines
+    from pytest_vllm_perf.verdict import compare, gate
 
-    stored = baseline.load(scenarios.ROOT / scenarios.STORED_FILES["decode"])
+    stored = baselines.load(scenarios.ROOT / scenarios.STORED_FILES["decode"])
     keys = ("itl_p50_ms", "tpot_mean_ms", "output_throughput")
     newest = stored.boots[-1]
     rows = tuple(

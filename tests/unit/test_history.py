@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from pytest_vllm_perf.core.report import Report
+from pytest_vllm_perf.store import history as history_store
+from pytest_vllm_perf.store import naming
 from pytest_vllm_perf.tools import history
 from tests import report_json
 
@@ -97,8 +99,9 @@ def test_otava_names_the_first_run_after_a_planted_step(store, tmp_path, capsys)
     capsys.readouterr()
     assert history.main(["analyze", str(root), "--fail-recent", "8"]) == 1
     out = capsys.readouterr().out
+    series = "1x-nvidia-h200/examples-test_decode.py-test_decode/default"  # a file's or a table's
     for metric in ("itl_p50_ms", "tpot_mean_ms", "output_throughput"):
-        assert f"{metric}: regression beyond its tolerance" in out, out
+        assert f"{series} {metric}: regression beyond its tolerance" in out, out
     assert (
         out.count("at run 13 of 20 (2026-11-13T02:00:00+00:00, commit c12; the run before: c11)")
         == 3
@@ -137,6 +140,32 @@ def test_the_same_report_appended_twice_is_one_run(tmp_path):
     assert history.append(root, again)[0].endswith("1 run(s), 0 appended")
     (path,) = root.rglob("*.csv")
     assert path.read_text().count("\n") == 2  # the header and one row
+
+
+def test_a_history_file_is_named_as_a_baseline_and_an_older_name_is_moved(tmp_path, capsys):
+    """One naming rule: the history of a test sits at the path its baseline has, with
+    ``.csv`` for ``.json``. A file at the name an older release gave it
+    (``HW/TEST--PROFILE.csv``) is moved there by the next append, its rows kept.
+    Broken on purpose (the legacy file left
+    where it is), the old run is lost from the new file and this fails."""
+    root = tmp_path / "history"
+    first = history.rows_of(Report.from_json(report(1.0, random.Random(5))), "2026-11-01", "c00")
+    hw, test, profile = first[0]["hardware_class"], first[0]["test"], first[0]["profile"]
+    legacy = history_store.legacy_path(root, hw, test, profile)
+    history.append(root, first)
+    legacy.parent.mkdir(parents=True, exist_ok=True)
+    history_store.path_for(root, hw, test, profile).rename(legacy)  # as an older release left it
+    assert legacy.name == "examples_test_decode.py_test_decode--default.csv", legacy
+    second = history.rows_of(Report.from_json(report(1.0, random.Random(6))), "2026-11-02", "c01")
+    (line,) = history.append(root, second)
+    path = naming.path_for(root, hw, test, profile, ".csv")
+    assert line == f"{path}: 2 run(s), 1 appended (moved from {legacy})", line
+    assert not legacy.exists()
+    assert [p.relative_to(root).as_posix() for p in root.rglob("*.csv")] == [
+        "1x-nvidia-h200/examples-test_decode.py-test_decode/default.csv"
+    ]
+    _, rows = history_store.read(path)
+    assert [r["commit"] for r in rows] == ["c00", "c01"]
 
 
 def test_a_malformed_history_is_named_by_file_and_line_and_never_rewritten(tmp_path, capsys):

@@ -19,9 +19,20 @@ def test_cli_imports_nothing_that_serves_or_loads():
     """`vllm-perf table` reads JSON: no server, load or pytest module."""
     modules = imported_by("import pytest_vllm_perf.tools.store")
     assert "pytest_vllm_perf.tools.store" in modules
-    assert "pytest_vllm_perf.verdict.baseline" in modules
+    assert "pytest_vllm_perf.store.baselines" in modules
     for layer in ("serving", "load", "measure", "fixture", "plugin", "options"):
         assert not [m for m in modules if m.startswith(f"pytest_vllm_perf.{layer}")], layer
+
+
+def test_the_store_imports_no_verdict():
+    """The baselines, capacity searches, reports and history are files read and written:
+    reading them imports nothing that infers."""
+    modules = imported_by(
+        "import pytest_vllm_perf.store.baselines, pytest_vllm_perf.store.capacities, "
+        "pytest_vllm_perf.store.reports, pytest_vllm_perf.store.history"
+    )
+    assert "pytest_vllm_perf.store.history" in modules
+    assert not [m for m in modules if m.startswith("pytest_vllm_perf.verdict")], modules
 
 
 def test_public_surface_is_light_until_the_fixture_is_asked_for():

@@ -12,7 +12,7 @@ from pytest_vllm_perf.core.errors import WorkloadError
 from pytest_vllm_perf.core.records import PassRecord
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.load import runner
-from pytest_vllm_perf.verdict import stats
+from pytest_vllm_perf.metrics import compute
 
 
 def conversation_load(users: int = 1) -> Workload:
@@ -38,7 +38,7 @@ def test_records_carry_their_turn_and_ttft_is_reported_by_turn(fake_vllm):
     [p] = recording.passes
     turns = {r.turn for r in p.records}
     assert turns == {1, 2, 3}
-    metrics = stats.measure_metrics(conversation_load(2), recording.passes, {}, [])
+    metrics = compute.measure_metrics(conversation_load(2), recording.passes, {}, [])
     for turn in (1, 2, 3):
         assert metrics[f"chat.turn{turn}.ttft_p50_ms"] > 0
 
@@ -52,13 +52,13 @@ def test_prefix_cache_counters_become_a_hit_rate(fake_vllm):
     recording = asyncio.run(runner.run(load, fake_vllm.url, "fake-model"))
     [p] = recording.passes
     assert p.counters["prefix_cache_queries"] > p.counters["prefix_cache_hits"] > 0
-    rate = stats.pass_metrics(load, p)["prefix_cache_hit_rate"]
+    rate = compute.pass_metrics(load, p)["prefix_cache_hit_rate"]
     assert 0.3 < rate < 1.0
     off = PassRecord((), 1.0, counters={"prefix_cache_queries": 0.0, "prefix_cache_hits": 0.0})
-    assert stats.pass_metrics(load, off)["prefix_cache_hit_rate"] == 0.0
-    assert "prefix_cache_hit_rate" not in stats.pass_metrics(load, PassRecord((), 1.0))
+    assert compute.pass_metrics(load, off)["prefix_cache_hit_rate"] == 0.0
+    assert "prefix_cache_hit_rate" not in compute.pass_metrics(load, PassRecord((), 1.0))
     nan = PassRecord((), 1.0, counters={"prefix_cache_queries": math.nan, "prefix_cache_hits": 1})
-    assert math.isnan(stats.pass_metrics(load, nan)["prefix_cache_hit_rate"])
+    assert math.isnan(compute.pass_metrics(load, nan)["prefix_cache_hit_rate"])
 
 
 def test_turns_are_held_by_closed_loop_users():

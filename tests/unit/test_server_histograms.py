@@ -10,7 +10,8 @@ import pytest
 from pytest_vllm_perf.core.records import PassRecord, RequestRecord
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.load import boundary, scrape
-from pytest_vllm_perf.verdict import gate, stats
+from pytest_vllm_perf.metrics import compute
+from pytest_vllm_perf.verdict import gate
 
 # vLLM 0.32's exposition of two of its histograms, one engine, buckets abridged
 EXPOSITION = """# HELP vllm:inter_token_latency_seconds Histogram of inter-token latency in seconds.
@@ -55,15 +56,15 @@ def test_before_v0_11_inter_token_latency_had_the_old_name():
 
 def test_a_pass_mean_is_the_delta_sum_over_the_delta_count_in_ms():
     p = PassRecord((_record(),), 5.0, counters={"server_itl_sum": 2.7, "server_itl_count": 90.0})
-    m = stats.pass_metrics(LOAD, p)
+    m = compute.pass_metrics(LOAD, p)
     assert m["server_itl_mean_ms"] == pytest.approx(30.0)
     assert "server_ttft_mean_ms" not in m  # not exported: absent
     # nothing observed in the pass, or a read that failed: NaN, never a figure
     empty = PassRecord((_record(),), 5.0, counters={"server_itl_sum": 0.0, "server_itl_count": 0.0})
-    assert math.isnan(stats.pass_metrics(LOAD, empty)["server_itl_mean_ms"])
+    assert math.isnan(compute.pass_metrics(LOAD, empty)["server_itl_mean_ms"])
     failed = PassRecord((_record(),), 5.0, counters={"server_itl_sum": 1.0,
                                                      "server_itl_count": math.nan})  # fmt: skip
-    assert math.isnan(stats.pass_metrics(LOAD, failed)["server_itl_mean_ms"])
+    assert math.isnan(compute.pass_metrics(LOAD, failed)["server_itl_mean_ms"])
 
 
 def test_a_runs_mean_pools_its_passes_sums_and_counts():
@@ -72,8 +73,8 @@ def test_a_runs_mean_pools_its_passes_sums_and_counts():
     bare = PassRecord((_record(),), 5.0)
 
     def pooled(*passes: PassRecord) -> dict[str, float]:
-        per_pass = [stats.pass_metrics(LOAD, p) for p in passes]
-        return stats.measure_metrics(LOAD, passes, {}, per_pass)
+        per_pass = [compute.pass_metrics(LOAD, p) for p in passes]
+        return compute.measure_metrics(LOAD, passes, {}, per_pass)
 
     assert pooled(a, b)["server_tpot_mean_ms"] == pytest.approx(40.0)
     assert "server_tpot_mean_ms" not in pooled(a, bare)

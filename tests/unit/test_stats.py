@@ -5,7 +5,7 @@ import math
 import pytest
 
 from pytest_vllm_perf.core.records import RequestRecord
-from pytest_vllm_perf.verdict import stats
+from pytest_vllm_perf.metrics import compute
 
 
 def record(ttft=0.1, itl=(0.01, 0.03), e2el=0.2, tokens=3, expected=3, error=None, cls="chat"):
@@ -13,23 +13,23 @@ def record(ttft=0.1, itl=(0.01, 0.03), e2el=0.2, tokens=3, expected=3, error=Non
 
 
 def test_percentile_matches_numpy_linear_definition():
-    assert stats.percentile([1, 2, 3, 4], 50) == 2.5
-    assert stats.percentile([10.0], 99) == 10.0
-    assert math.isnan(stats.percentile([], 50))
+    assert compute.percentile([1, 2, 3, 4], 50) == 2.5
+    assert compute.percentile([10.0], 99) == 10.0
+    assert math.isnan(compute.percentile([], 50))
 
 
 def test_infinite_samples_stay_infinite():
     values = [1.0] * 98 + [math.inf, math.inf]
-    assert stats.percentile(values, 99) == math.inf
-    assert stats.percentile(values, 50) == 1.0
+    assert compute.percentile(values, 99) == math.inf
+    assert compute.percentile(values, 50) == 1.0
 
 
 def test_percentile_at_a_whole_index_is_that_value_even_beside_infinity():
     """numpy's a + 0 * (inf - a) is NaN; the median of [1, 2, inf] is 2, not inf."""
-    assert stats.percentile([1.0, 2.0, math.inf], 50) == 2.0
-    assert stats.percentile([1.0, 2.0, math.inf], 100) == math.inf
-    assert stats.percentile([1.0, 2.0, math.inf], 75) == math.inf  # interpolates towards inf
-    assert stats.percentile([3.0, 1.0, 2.0], 25) == 1.5
+    assert compute.percentile([1.0, 2.0, math.inf], 50) == 2.0
+    assert compute.percentile([1.0, 2.0, math.inf], 100) == math.inf
+    assert compute.percentile([1.0, 2.0, math.inf], 75) == math.inf  # interpolates towards inf
+    assert compute.percentile([3.0, 1.0, 2.0], 25) == 1.5
 
 
 def test_tpot_definition():
@@ -41,7 +41,7 @@ def test_tpot_definition():
 def test_failed_requests_count_and_are_not_dropped():
     ok = [record() for _ in range(9)]
     broken = record(ttft=None, itl=(), e2el=5.0, tokens=0, error="HTTP 500")
-    summary = stats.summarize([*ok, broken], duration_s=10)
+    summary = compute.summarize([*ok, broken], duration_s=10)
     assert summary["completed"] == 9
     assert summary["failed"] == 1
     # the failed request never answered: the worst TTFT and E2EL are infinite
@@ -55,7 +55,7 @@ def test_summary_values():
         record(ttft=0.1 * i, itl=(0.01 * i,), e2el=0.2 * i, tokens=2, expected=2)
         for i in range(1, 5)
     ]
-    s = stats.summarize(records, duration_s=2)
+    s = compute.summarize(records, duration_s=2)
     assert s["ttft_mean_ms"] == pytest.approx(250)
     assert s["itl_max_ms"] == pytest.approx(40)
     assert s["output_throughput"] == pytest.approx(4)
@@ -69,11 +69,11 @@ def test_summarize_covers_the_registry_and_value_agrees_with_it():
         record(ttft=0.1 * i, itl=(0.01 * i, 0.02), e2el=0.2 * i, tokens=3, expected=3)
         for i in range(1, 9)
     ] + [record(ttft=None, itl=(), e2el=1.0, tokens=0, error="HTTP 500")]
-    summary = stats.summarize(records, duration_s=2)
+    summary = compute.summarize(records, duration_s=2)
     per_pass = {"bursty_passes"}  # a flag of a pass (pass_metrics), not of records
     assert set(summary) == {k for k, m in METRICS.items() if m.source == "request"} - per_pass
     for name, expected in summary.items():
-        assert stats.value(name, records, 2) == pytest.approx(expected, nan_ok=True), name
+        assert compute.value(name, records, 2) == pytest.approx(expected, nan_ok=True), name
 
 
 def test_a_class_that_streamed_in_bursts_has_no_per_chunk_metrics_in_that_pass():
@@ -90,8 +90,8 @@ def test_a_class_that_streamed_in_bursts_has_no_per_chunk_metrics_in_that_pass()
     steady = tuple(record(ttft=0.01, itl=(0.003,) * 10, e2el=0.04, tokens=11, expected=11)
                    for _ in range(4))  # fmt: skip
     long = (record(itl=(0.00001,), cls="long", tokens=2, expected=2),)
-    starved = stats.pass_metrics(load, PassRecord(burst + long, 5.0))
-    assert stats.bursts(load, PassRecord(burst + long, 5.0)) == {"chat": pytest.approx(0.00001)}
+    starved = compute.pass_metrics(load, PassRecord(burst + long, 5.0))
+    assert compute.bursts(load, PassRecord(burst + long, 5.0)) == {"chat": pytest.approx(0.00001)}
     for key in ("chat.itl_p99_ms", "chat.tpot_mean_ms"):
         assert math.isnan(starved[key]), key
     assert starved["chat.bursty_passes"] == 1 and starved["bursty_passes"] == 0
@@ -100,9 +100,9 @@ def test_a_class_that_streamed_in_bursts_has_no_per_chunk_metrics_in_that_pass()
     assert starved["chat.ttft_p50_ms"] == pytest.approx(900)
     assert starved["chat.output_throughput"] == pytest.approx(44 / 5)
     assert not math.isnan(starved["long.itl_p50_ms"])  # one gap: too few to judge
-    healthy = stats.pass_metrics(load, PassRecord(steady + long, 5.0))
+    healthy = compute.pass_metrics(load, PassRecord(steady + long, 5.0))
     assert healthy["chat.itl_p50_ms"] == pytest.approx(3)
-    assert stats.bursts(load, PassRecord(steady + long, 5.0)) == {}
+    assert compute.bursts(load, PassRecord(steady + long, 5.0)) == {}
 
 
 def test_a_starved_stream_of_mostly_zero_gaps_and_a_few_long_ones_is_bursty():
@@ -116,6 +116,6 @@ def test_a_starved_stream_of_mostly_zero_gaps_and_a_few_long_ones_is_bursty():
     load = Workload("w", (RequestClass("chat", 8, 41, users=1),))
     gaps = (0.0,) * 9 + (0.03,)
     starved = tuple(record(itl=gaps * 4, e2el=0.2, tokens=41, expected=41) for _ in range(2))
-    assert stats.bursts(load, PassRecord(starved, 5.0)) == {"chat": 0.0}
-    metrics = stats.pass_metrics(load, PassRecord(starved, 5.0))
+    assert compute.bursts(load, PassRecord(starved, 5.0)) == {"chat": 0.0}
+    metrics = compute.pass_metrics(load, PassRecord(starved, 5.0))
     assert metrics["chat.bursty_passes"] == 1 and math.isnan(metrics["chat.itl_p50_ms"])

@@ -15,7 +15,8 @@ from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.records import PassRecord, RequestRecord, Verdict
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.load import boundary, scrape
-from pytest_vllm_perf.verdict import compare, drift, rules, sequential, stats
+from pytest_vllm_perf.metrics import compute
+from pytest_vllm_perf.verdict import compare, drift, rules, sequential
 
 MIXED = Workload(
     "mixed", (RequestClass("chat", 8, 40, users=4), RequestClass("long", 64, 8, rate=1))
@@ -37,7 +38,7 @@ def a_pass(index: int, chat_gap: float, long_gap: float, level: float = 1.0) -> 
 
 def passes(workload: Workload, records: list[PassRecord]) -> compare.Passes:
     return compare.Passes(
-        tuple(stats.pass_metrics(workload, p) for p in records),
+        tuple(compute.pass_metrics(workload, p) for p in records),
         tuple(p.index for p in records),
         tuple(p.duration_s for p in records),
         tuple(records),
@@ -190,8 +191,8 @@ def test_8_an_unreadable_metrics_endpoint_is_not_a_counter_that_did_not_move():
     # and the pooled value, which thresholds check, is NaN: a threshold on it fails
     load = Workload("w", (RequestClass("chat", 8, 4, users=1),))
     p = PassRecord((req("chat", 0.01, 4),), 1.0, counters={"preemptions": math.nan})
-    per = [stats.pass_metrics(load, p)]
-    assert math.isnan(stats.measure_metrics(load, [p], {}, per)["preemptions"])
+    per = [compute.pass_metrics(load, p)]
+    assert math.isnan(compute.measure_metrics(load, [p], {}, per)["preemptions"])
 
 
 def test_9_a_failed_request_in_one_baseline_pass_does_not_hide_a_slower_current():

@@ -14,7 +14,7 @@ import pytest
 from pytest_vllm_perf.core.records import PassRecord, RequestRecord
 from pytest_vllm_perf.core.workload import RequestClass, Workload
 from pytest_vllm_perf.load import runner
-from pytest_vllm_perf.verdict import stats
+from pytest_vllm_perf.metrics import compute
 
 
 def stream(start: float, tokens: int, gap: float, cls: str = "chat") -> RequestRecord:
@@ -42,7 +42,7 @@ def test_throughput_counts_tokens_inside_the_window_not_the_drain():
         ramp = tuple(r for r in records if r.start < 0)
         kept = tuple(r for r in records if r.start >= 0)
         p = PassRecord(kept, duration_s=until, ramp_records=ramp)  # window [0, until]
-        rates = stats.window_rates((p,))
+        rates = compute.window_rates((p,))
         assert rates["output_throughput"] == pytest.approx(400, rel=0.01)
         # the old definition: tokens of requests started after the ramp-up over the
         # time to the last response, which counted the drain's falling concurrency
@@ -56,9 +56,9 @@ def test_ramp_up_requests_count_for_what_they_streamed_inside_the_window():
     ramp = tuple(r for r in records if r.start < 1.0)
     kept = tuple(r for r in records if r.start >= 1.0)
     p = PassRecord(kept, duration_s=3.0, ramp_s=1.0, ramp_records=ramp)  # window [1, 4]
-    assert stats.window_rates((p,))["output_throughput"] == pytest.approx(200, rel=0.01)
+    assert compute.window_rates((p,))["output_throughput"] == pytest.approx(200, rel=0.01)
     # completed inside the window: requests ending in [1, 4], at 1.0, 1.5 .. 4.0 a user
-    assert stats.window_rates((p,))["request_throughput"] == pytest.approx(2 * 7 / 3.0)
+    assert compute.window_rates((p,))["request_throughput"] == pytest.approx(2 * 7 / 3.0)
 
 
 def test_the_window_starts_when_the_ramp_up_ends():
@@ -67,15 +67,15 @@ def test_the_window_starts_when_the_ramp_up_ends():
     user = [stream(1.0 + 0.5 * k, 50, 0.01) for k in range(6)]  # 1.0 .. 4.0, back to back
     p = PassRecord(tuple(user), duration_s=3.0, ramp_s=1.0)
     assert p.window == (1.0, 4.0)
-    assert stats.window_rates((p,))["output_throughput"] == pytest.approx(100, rel=0.01)
+    assert compute.window_rates((p,))["output_throughput"] == pytest.approx(100, rel=0.01)
 
 
 def test_window_counts_a_chunk_of_several_tokens_as_all_of_them():
     r = RequestRecord("c", 0.0, 0.1, (0.1,), 0.2, 8, 10, 10)  # 2 chunks of 5 tokens
-    assert stats.window_counts([r], 0.0, 0.15) == (5.0, 0)
-    assert stats.window_counts([r], 0.0, 1.0) == (10.0, 1)
+    assert compute.window_counts([r], 0.0, 0.15) == (5.0, 0)
+    assert compute.window_counts([r], 0.0, 1.0) == (10.0, 1)
     failed = RequestRecord("c", 0.0, 0.1, (0.1,), 0.2, 8, 10, 10, error="HTTP 500")
-    assert stats.window_counts([failed], 0.0, 1.0) == (0.0, 0)
+    assert compute.window_counts([failed], 0.0, 1.0) == (0.0, 0)
 
 
 def test_preemptions_per_second_use_the_whole_pass_the_counter_covered():
@@ -84,7 +84,7 @@ def test_preemptions_per_second_use_the_whole_pass_the_counter_covered():
         tuple(closed_loop(1, 4.0, 50, 0.01)), 3.0, ramp_s=1.0, drain_s=1.0, elapsed_s=5.0,
         counters={"preemptions": 10.0},
     )  # fmt: skip
-    assert stats.pass_metrics(load, p)["preemptions_per_s"] == pytest.approx(2.0)
+    assert compute.pass_metrics(load, p)["preemptions_per_s"] == pytest.approx(2.0)
 
 
 def _run(fake_vllm, workload: Workload) -> runner.Recording:
@@ -117,7 +117,7 @@ def test_short_and_long_passes_read_the_same_throughput_as_the_server_streamed(f
         begin, end = p.window
         inside = sum(begin <= w - offset <= end for w in fake_vllm.written)
         streamed = inside / p.duration_s
-        read = stats.window_rates((p,))["output_throughput"]
+        read = compute.window_rates((p,))["output_throughput"]
         assert read / streamed == pytest.approx(1.0, abs=0.15), (seconds, read, streamed)
 
 

@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from pytest_vllm_perf.core import redact
+from pytest_vllm_perf.core.capacity import Capacity, Search
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import Provenance
-from pytest_vllm_perf.verdict import baseline, capacity
+from pytest_vllm_perf.store.baselines import json_number
+from pytest_vllm_perf.store.naming import capacity_test, path_for
+from pytest_vllm_perf.store.provenance import commit_info
 
 __all__ = [
     "CAPACITY_SCHEMA",
@@ -30,12 +33,12 @@ CAPACITY_SCHEMA: Final = 1
 def capacity_path(root: Path, hardware_class: str, test_id: str, profile: str) -> Path:
     """Where a test's capacity search is stored: beside its workload baselines, in a
     folder of its own (a test may call ``run`` and ``capacity`` both)."""
-    return baseline.path_for(root, hardware_class, f"{test_id}#capacity", profile)
+    return path_for(root, hardware_class, capacity_test(test_id), profile)
 
 
 def capacity_document(
     test_id: str,
-    found: capacity.Search,
+    found: Search,
     slo: Mapping[str, float],
     workload_hash: str,
     provenance: Provenance,
@@ -52,27 +55,27 @@ def capacity_document(
             "slo": dict(slo),
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "environment": provenance.environment.to_dict(),
-            "commit_info": baseline.commit_info(),
+            "commit_info": commit_info(),
             "search": search_dict(found),
         }
     )
 
 
-def search_dict(found: capacity.Search) -> dict[str, Any]:
+def search_dict(found: Search) -> dict[str, Any]:
     """A capacity search as plain data: every pass's rate and margin, and the fit; what
     a stored capacity baseline and a capacity test's report hold."""
     fit = found.capacity
     return {
-        "rates": [baseline.json_number(r) for r in found.rates],
-        "margins": [baseline.json_number(m) for m in found.margins],
+        "rates": [json_number(r) for r in found.rates],
+        "margins": [json_number(m) for m in found.margins],
         "converged": found.converged,
         "capacity": None
         if fit is None
-        else {k: baseline.json_number(float(v)) for k, v in dataclasses.asdict(fit).items()},
+        else {k: json_number(float(v)) for k, v in dataclasses.asdict(fit).items()},
     }
 
 
-def load_capacity(path: Path) -> tuple[capacity.Search, Mapping[str, Any]] | None:
+def load_capacity(path: Path) -> tuple[Search, Mapping[str, Any]] | None:
     """The stored capacity search at ``path`` and its document, None if there is none,
     BaselineError (naming the file, which is left as it is) if it is unreadable."""
     if not path.exists():
@@ -83,7 +86,7 @@ def load_capacity(path: Path) -> tuple[capacity.Search, Mapping[str, Any]] | Non
             raise ValueError(f"schema {data.get('schema')!r}, expected {CAPACITY_SCHEMA}")
         stored = data["search"]
         fit = stored["capacity"]
-        found = capacity.Search(
+        found = Search(
             None if fit is None else _stored_fit(fit),
             tuple(float(r) for r in stored["rates"]),
             tuple(float(m) for m in stored["margins"]),
@@ -99,8 +102,8 @@ def load_capacity(path: Path) -> tuple[capacity.Search, Mapping[str, Any]] | Non
         ) from None
 
 
-def _stored_fit(fit: Mapping[str, Any]) -> capacity.Capacity:
-    return capacity.Capacity(
+def _stored_fit(fit: Mapping[str, Any]) -> Capacity:
+    return Capacity(
         rps=float(fit["rps"]),
         low=float(fit["low"]),
         high=float(fit["high"]),

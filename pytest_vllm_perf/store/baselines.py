@@ -18,14 +18,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import platform
-import re
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Final
 
@@ -33,9 +28,10 @@ from pytest_vllm_perf.core import atomic, redact
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.records import Measurement, PassRecord, Provenance, RequestRecord
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
-from pytest_vllm_perf.verdict import stats
-from pytest_vllm_perf.verdict.compare import MAX_BOOTS, Passes
-from pytest_vllm_perf.verdict.intervals import Floats
+from pytest_vllm_perf.metrics import compute
+from pytest_vllm_perf.metrics.passes import Floats, Passes
+from pytest_vllm_perf.store.naming import slug
+from pytest_vllm_perf.store.provenance import commit_info, machine_info, plugin_version
 
 __all__ = [
     "MAX_BOOTS",
@@ -45,21 +41,19 @@ __all__ = [
     "add_boot",
     "boot_passes",
     "check_stored",
-    "commit_info",
     "document",
     "find_other_hardware",
     "json_number",
     "load",
     "merge_boots",
     "of_hardware",
-    "path_for",
-    "plugin_version",
     "save",
-    "slug",
 ]
 
 SCHEMA: Final = 3  # 3: per-pass metrics grouped by boot; 2 (raw passes) and 1 are still read
 READABLE: Final = (1, 2, 3)
+# the newest boots a baseline keeps (``add_boot`` drops the oldest beyond it)
+MAX_BOOTS: Final = 8
 QUANTILES: Final = (0, 1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9, 100)
 
 
@@ -87,15 +81,6 @@ class Baseline:
     @property
     def environment(self) -> Mapping[str, Any]:
         return dict(self.data["boots"][-1]["environment"]) if "boots" in self.data else {}
-
-
-def slug(text: str) -> str:
-    """A file-name-safe form of a test id or hardware class."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-").lower() or "unnamed"
-
-
-def path_for(root: Path, hardware_class: str, test_id: str, profile: str) -> Path:
-    return root / slug(hardware_class) / slug(test_id) / f"{slug(profile)}.json"
 
 
 def find_other_hardware(root: Path, hardware_class: str, test_id: str, profile: str) -> list[str]:
@@ -188,7 +173,7 @@ def _upgrade(data: Mapping[str, Any]) -> dict[str, Any]:
     passes = []
     for i, p in enumerate(raw):
         record = _raw_pass({**p, "index": i})
-        passes.append({**_pass_entry(stats.pass_metrics(workload, record)), **p, "index": i})
+        passes.append({**_pass_entry(compute.pass_metrics(workload, record)), **p, "index": i})
     boot = {
         "environment": data.get("environment", {}),
         "engine": data.get("engine", {}),
@@ -212,7 +197,7 @@ def json_number(value: float) -> float | str:
 def _quantiles(values: Sequence[float] | Floats) -> list[float | str] | None:
     if not len(values):
         return None
-    return [json_number(stats.percentile(values, q) * 1000) for q in QUANTILES]
+    return [json_number(compute.percentile(values, q) * 1000) for q in QUANTILES]
 
 
 def distribution(result: Measurement) -> dict[str, Any]:
@@ -222,7 +207,7 @@ def distribution(result: Measurement) -> dict[str, Any]:
         groups[cls.name] = [r for r in result.records if r.cls == cls.name]
     out: dict[str, Any] = {"quantiles": list(QUANTILES)}
     for name, records in groups.items():
-        arrays = stats.samples(records)
+        arrays = compute.samples(records)
         out[name] = {"ttft_ms": _quantiles(arrays["ttft"]), "itl_ms": _quantiles(arrays["itl"])}
     return out
 
@@ -248,7 +233,7 @@ def _boot_entry(result: Measurement, provenance: Provenance) -> dict[str, Any]:
         "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "environment": provenance.environment.to_dict(),
         "engine": {"argv": list(provenance.engine_argv), "notes": list(provenance.engine_notes)},
-        "machine_info": _machine_info(),
+        "machine_info": machine_info(),
         "commit_info": commit_info(),
         "plugin_version": plugin_version(),
         "passes": passes,
@@ -295,66 +280,6 @@ def merge_boots(stored: Mapping[str, Any], fresh: Mapping[str, Any], path: Path)
         for b in stored["boots"]
     ]
     return {**fresh, "boots": (old + list(fresh["boots"]))[-MAX_BOOTS:]}
-
-
-def _machine_info() -> dict[str, Any]:
-    """What ran the client: CPU, Python and OS (the host name is left out: it says
-    nothing about performance). pytest-benchmark once supplied this; it is no longer a
-    dependency, since this was all it did for us and it added 46 options to --help."""
-    brand = platform.processor()
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        brand = next(
-            (
-                ln.split(":", 1)[1].strip()
-                for ln in cpuinfo.splitlines()
-                if ln.startswith("model name")
-            ),
-            brand,
-        )
-    except OSError:
-        pass
-    return {
-        "cpu": {"brand_raw": brand or None, "count": os.cpu_count(), "arch": platform.machine()},
-        "machine": platform.machine(),
-        "python_implementation": platform.python_implementation(),
-        "python_version": platform.python_version(),
-        "release": platform.release(),
-        "system": platform.system(),
-    }
-
-
-def commit_info() -> dict[str, Any]:
-    """The git commit the run came from: id, branch, whether the tree had changes, and the
-    commit time; ``None`` values outside a git checkout or without git."""
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(  # noqa: S603 - fixed argv, no shell
-                ["git", *args],  # noqa: S607 - git from PATH, as a user runs it
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {
-        "id": git("rev-parse", "HEAD"),
-        "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
-        "dirty": None if status is None else bool(status),
-        "time": git("show", "-s", "--format=%cI", "HEAD"),
-    }
-
-
-def plugin_version() -> str:
-    try:
-        return metadata.version("pytest-vllm-perf")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def save(path: Path, doc: Mapping[str, Any]) -> None:

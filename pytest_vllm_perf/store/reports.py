@@ -12,19 +12,21 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vllm_perf.core import redact
+from pytest_vllm_perf.core.capacity import METRIC as CAPACITY_METRIC
 from pytest_vllm_perf.core.errors import BaselineError
 from pytest_vllm_perf.core.registry import COMPARED, SERVER_COMPARED, metrics_from_report
 from pytest_vllm_perf.core.report import PassEntry, Report, ResultEntry
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
-from pytest_vllm_perf.verdict import baseline, capacity
-from pytest_vllm_perf.verdict.compare import Passes
+from pytest_vllm_perf.metrics.passes import Passes
+from pytest_vllm_perf.store import baselines
+from pytest_vllm_perf.store.provenance import plugin_version
 
 __all__ = ["from_report", "read_report", "report_passes", "report_series"]
 
 
 def report_passes(passes: Sequence[PassEntry]) -> Passes:
     """The ``passes`` (or ``base_passes``) of a ``--vllm-json`` result, as a verdict reads them."""
-    return baseline.boot_passes(
+    return baselines.boot_passes(
         {
             "passes": [
                 {"index": p.index, "duration_s": p.duration_s, "metrics": _internal_keys(p.metrics)}
@@ -36,7 +38,9 @@ def report_passes(passes: Sequence[PassEntry]) -> Passes:
 
 def _internal_keys(metrics: Mapping[str, Any]) -> dict[str, float | str]:
     """A report's metrics as a stored baseline holds them (NaN and infinities as text)."""
-    return {key: baseline.json_number(value) for key, value in metrics_from_report(metrics).items()}
+    return {
+        key: baselines.json_number(value) for key, value in metrics_from_report(metrics).items()
+    }
 
 
 def report_series(result: ResultEntry) -> dict[str, list[float]]:
@@ -46,8 +50,8 @@ def report_series(result: ResultEntry) -> dict[str, list[float]]:
     the history and the pytest-benchmark export summarise. A capacity search (its
     ``capacity`` field) has no passes of one rate: its one figure, ``capacity_rps``."""
     if result.capacity is not None:
-        found = metrics_from_report(result.metrics).get(capacity.METRIC, math.nan)
-        return {capacity.METRIC: [found]} if math.isfinite(found) and found > 0 else {}
+        found = metrics_from_report(result.metrics).get(CAPACITY_METRIC, math.nan)
+        return {CAPACITY_METRIC: [found]} if math.isfinite(found) and found > 0 else {}
     named = [
         str(name)
         for key in ("gate", "ab_gate", "report")
@@ -98,11 +102,11 @@ def from_report(result: Mapping[str, Any], source: str) -> dict[str, Any]:
             "promoted_from": source,
             "environment": dict(result["environment"]),
             "engine": {"argv": list(result["engine_argv"]), "notes": list(result["engine_notes"])},
-            "plugin_version": baseline.plugin_version(),
+            "plugin_version": plugin_version(),
             "passes": passes,
         }
         doc = {
-            "schema": baseline.SCHEMA,
+            "schema": baselines.SCHEMA,
             "test": str(result["test"]),
             "profile": dict(result["profile_settings"]),
             "profile_hash": str(result["profile_hash"]),

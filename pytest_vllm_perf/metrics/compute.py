@@ -17,7 +17,7 @@ import numpy as np
 from pytest_vllm_perf.core.records import PassRecord, RequestRecord
 from pytest_vllm_perf.core.registry import LATENCIES, METRICS, PERCENTILES, SERVER_MEANS
 from pytest_vllm_perf.core.workload import Workload
-from pytest_vllm_perf.verdict.intervals import Floats
+from pytest_vllm_perf.metrics.passes import Floats
 
 __all__ = [
     "BURSTY",

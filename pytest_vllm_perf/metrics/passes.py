@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 
 from pytest_vllm_perf.core.records import PassRecord
-from pytest_vllm_perf.verdict.intervals import Floats
 
-__all__ = ["Passes"]
+__all__ = ["Floats", "Passes"]
+
+Floats: TypeAlias = NDArray[np.floating[Any]]
 
 
 @dataclass(frozen=True)
