@@ -201,7 +201,7 @@ def tokenization(args: argparse.Namespace) -> dict[str, Any]:
         )
         for name in args.candidates:
             candidate = pool.get(profiles.load(name, where), slot="main")
-            outcome = measure.run_ab(plan, base, candidate, print)
+            outcome = measure.run_ab(plan, measure.Resident(base, candidate), print)
             outcomes.append(outcome)
             lines = _verdict_lines(outcome)
             ab.append({"candidate": name, "rate": chosen, "lines": lines})
@@ -279,7 +279,7 @@ def kv_ab(args: argparse.Namespace) -> dict[str, Any]:
         plan = measure.Plan.resolve(
             "bench/gpu_advice.py::kv_pressure", workload, args.repeat, "cuda"
         )
-        outcome = measure.run_ab(plan, base, cand, print)
+        outcome = measure.run_ab(plan, measure.Resident(base, cand), print)
     finally:
         pool.stop()
     assert outcome.base is not None

@@ -127,7 +127,7 @@ def main() -> int:
             )
             plan = measure.Plan.resolve("bench/gpu_crosscheck.py::ab", ab_load,
                                         args.ab_repeat, args.platform)  # fmt: skip
-            outcome = measure.run_ab(plan, base, cand, say)
+            outcome = measure.run_ab(plan, measure.Resident(base, cand), say)
             assert outcome.gate is not None
             verdicts = [text.describe_verdict(v) for v in outcome.gate.verdicts]
             vb: dict[str, list[float]] = {"base": [], "candidate": []}

@@ -8,7 +8,7 @@ tolerances are layered here, in one place:
 - tolerances: the registry's defaults for the platform < ini < profile < marker < code.
 """
 
-from pytest_vllm_perf.measure.ab import alternation, blocks, run_ab
+from pytest_vllm_perf.measure.ab import Turns, alternation, blocks, run_ab
 from pytest_vllm_perf.measure.capacity import (
     CapacityRun,
     capacity_ab,
@@ -17,6 +17,7 @@ from pytest_vllm_perf.measure.capacity import (
     describe,
     judged,
 )
+from pytest_vllm_perf.measure.modes import Resident, Sequential
 from pytest_vllm_perf.measure.plan import (
     DEFAULT_THRESHOLDS,
     Plan,
@@ -32,7 +33,10 @@ __all__ = [
     "DEFAULT_THRESHOLDS",
     "CapacityRun",
     "Plan",
+    "Resident",
     "SaveMode",
+    "Sequential",
+    "Turns",
     "alternation",
     "assemble",
     "blocks",

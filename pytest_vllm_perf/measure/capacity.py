@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Generator, Mapping
@@ -22,6 +23,7 @@ from pytest_vllm_perf.core.records import (
     Verdict,
 )
 from pytest_vllm_perf.core.workload import RequestClass, Workload
+from pytest_vllm_perf.measure.ab import Side, Turns
 from pytest_vllm_perf.measure.plan import measure
 from pytest_vllm_perf.serving.pool import ServerHandle
 from pytest_vllm_perf.store import capacities
@@ -152,7 +154,7 @@ def _capacity_target(workload: Workload, slo: Mapping[str, float], cls: str | No
 
 
 def _capacity_trial(
-    source: ServerHandle | Callable[[], ServerHandle],
+    source: Callable[[], ServerHandle],
     workload: Workload,
     target: str,
     slo: Mapping[str, float],
@@ -168,7 +170,7 @@ def _capacity_trial(
 
     def trial(rate: float) -> float:
         nonlocal count
-        handle = source() if callable(source) else source
+        handle = source()  # a side booted in turn boots here, evicting the other
         if seen is not None:
             seen[label] = handle.provenance
         load = workload.override({target: {"rate": rate}})
@@ -202,7 +204,7 @@ def capacity_search(
     its rate varied from the class's own."""
     target = _capacity_target(workload, slo, cls)
     started = time.monotonic()
-    trial = _capacity_trial(handle, workload, target.name, slo, progress)
+    trial = _capacity_trial(lambda: handle, workload, target.name, slo, progress)
     found = searches.search(trial, target.rate, tolerance, max_passes)
     spent = time.monotonic() - started
     return CapacityRun(found, target.name, dict(slo), spent, provenance=handle.provenance)
@@ -238,8 +240,7 @@ def capacity_gate(
 
 
 def capacity_ab(
-    base: ServerHandle | Callable[[], ServerHandle],
-    candidate: ServerHandle | Callable[[], ServerHandle],
+    turns: Turns,
     workload: Workload,
     slo: Mapping[str, float],
     cls: str | None = None,
@@ -250,26 +251,29 @@ def capacity_ab(
 ) -> CapacityRun:
     """Both sides' capacity under one SLO and the verdict on their ratio at
     ``tolerance``, ``regressed`` at one-sided level ``alpha`` (an A/B test's, or its
-    share of --vllm-ab-run-alpha). Resident sides (two handles) search pass by pass in turn, ABBA
-    (``verdict.capacity_search.interleave``); sides booted in turn (two callables,
-    ``--vllm-ab-mode=sequential``) search one after the other, base first, so that
-    each side boots once."""
+    share of --vllm-ab-run-alpha). Resident sides search pass by pass in turn, ABBA
+    (``verdict.capacity_search.interleave``); sides booted in turn
+    (``turns.in_turn``, ``--vllm-ab-mode=sequential``) search one after the other,
+    base first, so that each side boots once."""
     target = _capacity_target(workload, slo, cls)
     started = time.monotonic()
-    sources = {"base": base, "candidate": candidate}
+    sides: tuple[Side, Side] = ("base", "candidate")
     seen: dict[str, Provenance] = {}
-    trials = {
-        side: _capacity_trial(source, workload, target.name, slo, progress, f" {side}", seen)
-        for side, source in sources.items()
-    }
+    trials: dict[str, Callable[[float], float]] = {}
+    for side in sides:
+        server = functools.partial(turns.server, side)
+        trials[side] = _capacity_trial(
+            server, workload, target.name, slo, progress, f" {side}", seen
+        )
 
     def steps() -> Generator[float, float, capacity.Search]:
         return searches.searching(target.rate, tolerance, max_passes)
 
-    if callable(base) and callable(candidate):
-        found = {side: searches.interleave({side: steps()}, trials)[side] for side in sources}
+    found: dict[str, capacity.Search]
+    if turns.in_turn:
+        found = {side: searches.interleave({side: steps()}, trials)[side] for side in sides}
     else:
-        found = searches.interleave({side: steps() for side in sources}, trials)
+        found = searches.interleave({side: steps() for side in sides}, trials)
     verdict = capacity.judge(found["base"], found["candidate"], tolerance, alpha)
     return CapacityRun(
         found["candidate"],

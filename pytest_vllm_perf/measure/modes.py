@@ -2,11 +2,15 @@
 baseline (``Stored``), or as an A/B of two sides, resident on one machine and
 alternated (``Resident``) or booted in turn (``Sequential``). The plugin builds one
 per test; the fixture hands it every measurement and every capacity search, so the
-fixture never asks which mode it has. A new A/B mode is a class and a row of
-``AB_MODES`` here (``--vllm-ab-mode`` takes its choices from that table)."""
+fixture never asks which mode it has. An A/B mode is also the ``Turns`` its two
+sides take (``measure.ab``): which server a side is measured on, the order of the
+passes and the looks its budget allows; ``run_ab`` and ``capacity_ab`` ask it and
+never what it is. A new A/B mode is a class and a row of ``AB_MODES`` here
+(``--vllm-ab-mode`` takes its choices from that table)."""
 
 from __future__ import annotations
 
+import abc
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -16,7 +20,7 @@ from typing import Final, Literal, Protocol
 from pytest_vllm_perf.config.profiles import Profile
 from pytest_vllm_perf.core.records import Outcome, Progress
 from pytest_vllm_perf.core.workload import Workload
-from pytest_vllm_perf.measure.ab import run_ab
+from pytest_vllm_perf.measure.ab import Side, alternation, blocks, run_ab
 from pytest_vllm_perf.measure.capacity import (
     CapacityRun,
     capacity_ab,
@@ -26,6 +30,7 @@ from pytest_vllm_perf.measure.capacity import (
 from pytest_vllm_perf.measure.plan import Plan, run_test
 from pytest_vllm_perf.serving.pool import ServerHandle, ServerPool
 from pytest_vllm_perf.verdict.gate import SaveMode
+from pytest_vllm_perf.verdict.sequential import Design
 
 __all__ = ["AB_MODES", "Mode", "ModeName", "Resident", "Sequential", "Stored"]
 
@@ -86,35 +91,47 @@ class Stored:
                              alpha=ask.alpha)  # fmt: skip
 
 
-@dataclass(frozen=True)
-class _AB:
+class _AB(abc.ABC):
     """Two sides measured pass by pass, the candidate judged against the base; ``note``
     says how the base side was chosen, ``baseline_dir`` lends sides booted in turn the
-    boot drift its baselines measured."""
+    boot drift its baselines measured. A subclass is the sides' ``Turns``."""
 
-    base: ServerHandle | Callable[[], ServerHandle]
-    candidate: ServerHandle | Callable[[], ServerHandle]
-    note: str = ""
-    baseline_dir: Path | None = None
+    note: str
+    baseline_dir: Path | None
+    in_turn: bool
 
     @property
     def ab(self) -> bool:
         return True
 
+    @abc.abstractmethod
+    def server(self, side: Side) -> ServerHandle: ...
+
+    @abc.abstractmethod
+    def design(self, plan: Plan) -> Design: ...
+
+    @abc.abstractmethod
+    def order(self, pairs: int) -> list[tuple[int, Side]]: ...
+
     def run(self, plan: Plan, progress: Progress | None) -> Outcome:
-        return run_ab(plan, self.base, self.candidate, progress, self.note, self.baseline_dir)
+        return run_ab(plan, self, progress, self.note, self.baseline_dir)
 
     def capacity(self, ask: Search, progress: Progress | None) -> CapacityRun:
-        return capacity_ab(self.base, self.candidate, ask.load, ask.slo, ask.cls, ask.tolerance,
-                           ask.max_passes, progress, alpha=ask.alpha)  # fmt: skip
+        return capacity_ab(self, ask.load, ask.slo, ask.cls, ask.tolerance, ask.max_passes,
+                           progress, alpha=ask.alpha)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Resident(_AB):
     """Both servers up at once (the base in a slot of its own), one loaded at a time,
-    passes alternated ABBA and judged in looks."""
+    passes alternated ABBA and judged in looks up to the plan's pair budget."""
 
+    base: ServerHandle
+    candidate: ServerHandle
+    note: str = ""
+    baseline_dir: Path | None = None
     name: ModeName = "resident"
+    in_turn: bool = False
 
     @classmethod
     def build(
@@ -123,13 +140,27 @@ class Resident(_AB):
     ) -> Resident:  # fmt: skip
         return cls(pool.get(base, slot="base", python=python), server, note, baseline_dir)
 
+    def server(self, side: Side) -> ServerHandle:
+        return self.base if side == "base" else self.candidate
+
+    def design(self, plan: Plan) -> Design:
+        return Design(first=plan.repeat, most=max(plan.repeat, plan.most), alpha=plan.alpha)
+
+    def order(self, pairs: int) -> list[tuple[int, Side]]:
+        return [(k, side) for k, pair in alternation(pairs) for side in pair]
+
 
 @dataclass(frozen=True)
 class Sequential(_AB):
     """One side booted at a time on one slot (each has the machine's memory to itself),
-    the passes in blocks (CBBC), one look."""
+    the passes in blocks (CBBC), one look: more pairs would need more boots."""
 
+    base: Callable[[], ServerHandle]
+    candidate: Callable[[], ServerHandle]
+    note: str = ""
+    baseline_dir: Path | None = None
     name: ModeName = "sequential"
+    in_turn: bool = True
 
     @classmethod
     def build(
@@ -138,6 +169,15 @@ class Sequential(_AB):
     ) -> Sequential:  # fmt: skip
         base_boot = functools.partial(pool.get, base, "main", python)
         return cls(base_boot, functools.partial(pool.get, mine, "main"), note, baseline_dir)
+
+    def server(self, side: Side) -> ServerHandle:
+        return self.base() if side == "base" else self.candidate()
+
+    def design(self, plan: Plan) -> Design:
+        return Design(first=plan.repeat, most=plan.repeat, alpha=plan.alpha)
+
+    def order(self, pairs: int) -> list[tuple[int, Side]]:
+        return [(k, side) for side, passes in blocks(pairs) for k in passes]
 
 
 # --vllm-ab-mode's choices: the A/B modes by name

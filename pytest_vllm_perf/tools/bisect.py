@@ -364,7 +364,7 @@ def _bisect(args: argparse.Namespace, inputs: _Inputs) -> int:
         side = planted if planted and planted_at and Version(release) >= planted_at else profile
         base = pool.get(profile, slot="base", python=pythons[releases[0]])
         candidate = pool.get(side, slot="main", python=python)
-        outcome = measure.run_ab(plan, base, candidate, print)
+        outcome = measure.run_ab(plan, measure.Resident(base, candidate), print)
         gated = tuple(v for v in outcome.gate.verdicts if v.gated) if outcome.gate else ()
         for v in gated:
             print(f"bisect: {release}: {v.metric} x{v.ratio:.3f} "

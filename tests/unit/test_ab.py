@@ -313,7 +313,7 @@ def test_looks_go_on_after_a_regression_and_the_regression_stays(monkeypatch):
     base = FakeHandle("base", provenance("base", {}))
     cand = FakeHandle("cand", provenance("cand", {}))
     said: list[str] = []
-    outcome = measure_module.run_ab(plan, base, cand, said.append)
+    outcome = measure_module.run_ab(plan, measure_module.Resident(base, cand), said.append)
     assert sorted(calls) == sorted((side, k) for side in ("base", "cand") for k in range(16))
     verdicts = {v.metric: v for v in outcome.gate.verdicts}
     assert verdicts["ttft_p99_ms"].verdict is Verdict.INCONCLUSIVE
@@ -342,3 +342,51 @@ def test_a_gate_that_gated_nothing_is_inconclusive_in_tables_as_in_bisect():
     base = recorded(1.0, SCHEDULE, 1)
     outcome = Outcome("t", provenance("p", {}), base, (), result)
     assert bisect.step_verdict(outcome) == result.summary()
+
+
+def test_a_new_way_of_taking_turns_is_one_class_that_run_ab_follows(monkeypatch):
+    """An A/B mode is the ``Turns`` of its sides: ``run_ab`` asks it for each side's
+    server, the looks and the order of the passes, and never what it is. A made-up
+    mode (candidate first in every pair, one look of 3 pairs, booted in turn) is run
+    in exactly its order, judged with a boot's drift allowed, and nothing of
+    ``measure`` had to change for it. Broken on purpose (``run_ab`` alternating ABBA
+    whatever the turns say), the order assertion fails."""
+    calls: list[tuple[str, int]] = []
+
+    def fake_measure(handle, workload, repeat, progress, first_index=0, settle=0):
+        calls.append((handle.profile, first_index))
+        return assemble(workload, [one_pass(first_index, 1.0, 1.0)], ())
+
+    monkeypatch.setattr(measure_module.ab, "measure", fake_measure)
+    handles = {
+        "base": FakeHandle("base", provenance("base", {})),
+        "candidate": FakeHandle("cand", provenance("cand", {})),
+    }
+
+    @dataclasses.dataclass(frozen=True)
+    class CandidateFirst:
+        in_turn: bool = True
+
+        def server(self, side):
+            return handles[side]
+
+        def design(self, plan):
+            return Design(first=3, most=3, alpha=plan.alpha)
+
+        def order(self, pairs):
+            return [(k, side) for k in range(pairs) for side in ("candidate", "base")]
+
+    plan = measure_module.Plan.resolve("t", TWO, 8, "cpu", ab=True, most=16)
+    seen: dict[str, bool] = {}
+    real_ab = measure_module.ab.gate.ab
+
+    def spy(*args, **kwargs):
+        seen["sequential"] = kwargs["sequential"]
+        return real_ab(*args, **kwargs)
+
+    monkeypatch.setattr(measure_module.ab.gate, "ab", spy)
+    outcome = measure_module.run_ab(plan, CandidateFirst(), None)
+    assert calls == [("cand", 0), ("base", 0), ("cand", 1), ("base", 1), ("cand", 2), ("base", 2)]
+    assert seen == {"sequential": True}
+    assert outcome.gate is not None
+    assert "booted in turn" in outcome.gate.note and "; 3 pairs:" in outcome.gate.note
