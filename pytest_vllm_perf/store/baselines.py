@@ -30,7 +30,7 @@ from pytest_vllm_perf.core.records import Measurement, PassRecord, Provenance, R
 from pytest_vllm_perf.core.workload import from_dict as workload_from_dict
 from pytest_vllm_perf.metrics import compute
 from pytest_vllm_perf.metrics.passes import Floats, Passes
-from pytest_vllm_perf.store.naming import slug
+from pytest_vllm_perf.store.naming import slug, under_hardware
 from pytest_vllm_perf.store.provenance import commit_info, machine_info, plugin_version
 
 __all__ = [
@@ -86,7 +86,7 @@ class Baseline:
 def find_other_hardware(root: Path, hardware_class: str, test_id: str, profile: str) -> list[str]:
     """Hardware classes that hold a baseline for this test and profile, other than ours."""
     mine = slug(hardware_class)
-    hits = root.glob(f"*/{slug(test_id)}/{slug(profile)}.json")
+    hits = root.glob(f"*/{under_hardware(test_id, profile)}")
     return sorted(p.parent.parent.name for p in hits if p.parent.parent.name != mine)
 
 
@@ -133,7 +133,7 @@ def check_stored(root: Path, test_id: str, profile: str) -> list[str]:
     if root.is_dir():
         for hardware in sorted(p for p in root.iterdir() if p.is_dir()):
             try:
-                load(hardware / slug(test_id) / f"{slug(profile)}.json")
+                load(hardware / under_hardware(test_id, profile))
             except BaselineError as exc:
                 problems.append(str(exc))
     return problems

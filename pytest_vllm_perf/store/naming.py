@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Final, Literal
 
-__all__ = ["CAPACITY_SUFFIX", "Suffix", "capacity_test", "path_for", "slug"]
+__all__ = ["CAPACITY_SUFFIX", "Suffix", "capacity_test", "path_for", "slug", "under_hardware"]
 
 Suffix = Literal[".json", ".csv"]
 CAPACITY_SUFFIX: Final = "#capacity"
@@ -23,10 +23,15 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-").lower() or "unnamed"
 
 
+def under_hardware(test_id: str, profile: str, suffix: Suffix = ".json") -> str:
+    """A store's path below its hardware class's folder: ``TEST/PROFILE.EXT``."""
+    return f"{slug(test_id)}/{slug(profile)}{suffix}"
+
+
 def path_for(
     root: Path, hardware_class: str, test_id: str, profile: str, suffix: Suffix = ".json"
 ) -> Path:
-    return root / slug(hardware_class) / slug(test_id) / f"{slug(profile)}{suffix}"
+    return root / slug(hardware_class) / under_hardware(test_id, profile, suffix)
 
 
 def capacity_test(test_id: str) -> str:
