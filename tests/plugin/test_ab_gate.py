@@ -55,7 +55,7 @@ def test_an_undecided_first_look_adds_pairs_up_to_the_budget(project, fake_vllm,
     pace: the first look is undecided and the run goes on to the budget, alternating
     ABBA on, and says so. (TTFT and ITL p99 at 0.1% were once used: on a loaded machine
     the client's lag made an A/A's p99s differ by x1.2-x1.5 and the first look decided
-    them, run 3 of bench/results/cpu/tiers-loaded.txt.) Broken on purpose (one look of
+    them, run 3 of bench/results/cpu/tiers-loaded-88e7afa.txt.) Broken on purpose (one look of
     the first pairs only), there is no third pair and no second look."""
     project.makepyfile(
         PERF_TEST.replace('workload="mixed",', 'workload="mixed", gate=["preemptions_per_s"],')
@@ -95,7 +95,7 @@ def test_an_undecided_run_exits_with_its_own_status_when_asked(project, fake_vll
     noise): a rerun against its stored baseline is inconclusive whatever the machine's
     pace, and the test passes. (An A/B of two pairs was not enough: on a loaded machine a
     30% shift of ITL p99 between the sides came out regressed, run 4 of
-    bench/results/cpu/tiers-loaded.txt.) By default the run exits 0; under
+    bench/results/cpu/tiers-loaded-7d4b0a9.txt.) By default the run exits 0; under
     ``--vllm-inconclusive=exit`` it exits ``INCONCLUSIVE_EXIT`` (6), so a CI system can
     tell "could not decide" from "decided unchanged". Broken on purpose (the option read
     but never applied), the last run exits 0 and this fails."""
