@@ -25,11 +25,11 @@ pytestmark = pytest.mark.engine
 # mean gated on top of decode's metrics (ITL p50, TPOT, throughput). The worse commit
 # runs the model four times as deep (hf_overrides, the plant bench/gpu/gpu_plant.sh puts
 # through this gate on a GPU): every decode step slows by about that factor.
-# Beside two CPU burners, client-side figures could not decide it: the base's stream
-# came in bursts in all 10 passes (ITL p50 and TPOT measured in 0 of them), one
-# candidate pass lost requests, and throughput read x0.511 ranked (Holm p 0.093); the
-# server's ITL mean read x4.156 (95% CI x3.523..x4.903 over 10 pairs, p 3.8e-12): the
-# engine's histograms time the step, not the starved API server and client. The commit
+# Beside two CPU burners, client-side figures could not decide it
+# (bench/results/cpu/pr-gate-two-burners.txt): the base's stream came in bursts in all
+# 10 passes (ITL p50 and TPOT measured in none) and throughput read x0.973, the starved
+# client and API server setting the pace; the server's ITL mean read x4.11 (95% CI
+# x3.58..x4.72 over 10 pairs): the engine's histograms time the step. The commit
 # it replaces, one sequence at a time, slowed requests by queueing them, and beside two
 # burners a pair's throughput ratio scattered over a factor of e (x0.183, 95% CI
 # x0.071..x0.473 over 10 pairs): inconclusive. CI's log shows each run's summary.
@@ -55,7 +55,8 @@ def _gate(repo: Path, out: str, *args: str) -> tuple[int, str, dict]:
     done = subprocess.run(
         # at most 10 pairs (ONE_LOOK): a regression found at 6 would otherwise go on to
         # 16 pairs to decide the metrics still open, more CI time than this test needs
-        # (10 pairs took 295 s of a fresh-clone CI run)
+        # (10 pairs: the whole test 104 s quiet, 125 s beside two CPU burners,
+        # bench/results/cpu/pr-gate-quiet.txt and pr-gate-two-burners.txt)
         [*gate, "--", "-p", "no:cacheprovider", f"--vllm-model-preset={PRESET}", *ONE_LOOK],
         cwd=repo,
         capture_output=True,
