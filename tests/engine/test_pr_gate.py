@@ -25,11 +25,11 @@ pytestmark = pytest.mark.engine
 # mean gated on top of decode's metrics (ITL p50, TPOT, throughput). The worse commit
 # runs the model four times as deep (hf_overrides, the plant bench/gpu/gpu_plant.sh puts
 # through this gate on a GPU): every decode step slows by about that factor.
-# Beside two CPU burners, client-side figures could not decide it
+# Beside two CPU burners the client's figures could not be trusted
 # (bench/results/cpu/pr-gate-two-burners.txt): the base's stream came in bursts in all
-# 10 passes (ITL p50 and TPOT measured in none) and throughput read x0.973, the starved
-# client and API server setting the pace; the server's ITL mean read x4.11 (95% CI
-# x3.58..x4.72 over 10 pairs): the engine's histograms time the step. The commit
+# 6 passes (ITL p50 and TPOT measured in none) and throughput read x2.13, the deeper
+# model faster, the starved client and API server setting the pace; the server's ITL
+# mean read x4.80 (95% CI x3.65..x6.31): the engine's histograms time the step. The commit
 # it replaces, one sequence at a time, slowed requests by queueing them, and beside two
 # burners a pair's throughput ratio scattered over a factor of e (x0.183, 95% CI
 # x0.071..x0.473 over 10 pairs): inconclusive. CI's log shows each run's summary.
