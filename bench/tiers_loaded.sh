@@ -10,20 +10,16 @@ set -u
 RUNS=${RUNS:-10}
 BURNERS=${BURNERS:-1}
 OUT=${OUT:-bench/results/cpu/tiers-loaded.txt}
-pids=()
-for _ in $(seq 1 "$BURNERS"); do
-  python3 -c 'while True: pass' &
-  pids+=($!)
-done
-trap 'kill "${pids[@]}" 2>/dev/null' EXIT
 logs=$(mktemp -d /tmp/tiers-loaded-XXXX)
 echo "commit $(git rev-parse --short HEAD), $RUNS runs, $BURNERS CPU burner(s), $(nproc) cores," \
   "logs in $logs" > "$OUT"
 for i in $(seq 1 "$RUNS"); do
+  # each run through beside_burners.sh, which starts the burners, times the run and
+  # ends the burners with it; its log's last line is that script's, pytest's the one before
   start=$(date +%s)
-  timeout 1500 .venv/bin/python -m pytest -q tests/unit tests/plugin -p no:cacheprovider -n 2 \
-    > "$logs/run$i.log" 2>&1
+  BURNERS=$BURNERS OUT="$logs/run$i.log" bash bench/beside_burners.sh \
+    timeout 1500 .venv/bin/python -m pytest -q tests/unit tests/plugin -p no:cacheprovider -n 2
   rc=$?
   echo "run $i rc=$rc $(( $(date +%s) - start ))s load=$(cut -d' ' -f1-3 /proc/loadavg)" \
-    "$(tail -1 "$logs/run$i.log")" >> "$OUT"
+    "$(tail -2 "$logs/run$i.log" | head -1)" >> "$OUT"
 done
