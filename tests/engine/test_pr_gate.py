@@ -116,7 +116,7 @@ def test_pull_request_gate_fails_a_worse_commit(tmp_path):
     # the gated metric regressed (its verdict line without "[reported, not gated]"),
     # decided at the one look
     assert re.search(r"server_itl_mean_ms: .*\) regressed$", summary, re.MULTILINE), summary
-    assert "look 1 of 1 after 6 pairs" in summary, summary
+    assert "(ABBA); 6 pairs: regressed when" in summary, summary
     assert "differs from what it is judged against: profile engine.hf_overrides (unset) -> " in (
         summary
     ), summary

@@ -93,9 +93,9 @@ def test_the_dispersion_test_needs_more_than_one_deviant_pass():
 
 
 def test_a_candidate_whose_passes_all_read_the_same_varies_no_more():
-    """Every candidate pass the same value (a real engine's A/B run had one, a figure read
-    from a histogram's bucket bounds): the differences and sums correlate at exactly -1,
-    which is the least dispersed a candidate can be, not a division by zero."""
+    """Every candidate pass the same value (in a real engine's A/B run, the KV cache's peak
+    usage under a fixed load): the differences and sums correlate at exactly -1, which is
+    the least dispersed a candidate can be, not a division by zero."""
     base = np.log([0.95, 0.96, 1.39, 1.26, 1.05, 1.1])
     assert robust.dispersion_p(base, np.full(6, math.log(6.8))) == 1.0
     # and the mirror: the base constant, the candidate spread, is the most dispersed
