@@ -28,9 +28,13 @@ REPO = Path(__file__).resolve().parent.parent
 # longer reads: every test ran on its own.) The engine files are most of CI's time (a
 # boot is three vLLM imports, 40-55 s on two cores, and each file boots its own
 # server), so the four longest start at once, one to a worker. xdist hands a worker
-# whose file has at most two tests left the next file at once, to run after them: two
-# tiny files come next, for the workers of the pull-request gate and the installed
-# wheel, so that no real work waits behind their long tests; then the SIGTERM file,
+# whose file has at most two tests left the next file at once, to run after them: the
+# two short engine files come next, for the workers of the pull-request gate and the
+# installed wheel, whose one long test each ends before the faults file's chain (a
+# fresh-clone run of 866c96a, with two tiny unit files there instead: both short engine
+# files landed behind the installed wheel, and that worker's engine files ended at 409 s
+# where the faults file's ended at 349 s, and every file that times the fake server
+# waited for it); then the SIGTERM file,
 # which lands behind the shared server's last two tests, and a small unit file that lands
 # behind it (the 8B tokenizer's file did: 70 s to train with no cache, at the end of
 # that worker's chain once); then the unit files, and last
@@ -46,9 +50,11 @@ FIRST = (
     "tests/engine/test_pr_gate.py",
     "tests/engine/test_faults_engine.py",
     "tests/engine/test_installed_package.py",
+    "tests/engine/test_upgrade_gate.py",
+    "tests/engine/test_setup_hint.py",
+    "tests/engine/test_interrupt.py",
     "tests/unit/test_redact.py",
     "tests/unit/test_hardware.py",
-    "tests/engine/test_interrupt.py",
     "tests/unit/test_registry.py",
     "tests/unit/test_models.py",
     "tests/unit/test_noise.py",
