@@ -29,6 +29,7 @@ __all__ = [
     "PERCENTILES",
     "SERVER_COMPARED",
     "SERVER_MEANS",
+    "SUMMARY_COLUMNS",
     "MetricDef",
     "Source",
     "Statistic",
@@ -61,6 +62,15 @@ _BENCH_SERVE_STAT: Final = {
     "max": "max",
 }
 _LATENCY_LABEL: Final = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2el": "E2EL"}
+# the latencies in the summary table, after the request counts (columns 0 and 1)
+_LATENCY_COLUMN: Final = {
+    "ttft_p50_ms": 2,
+    "ttft_p99_ms": 3,
+    "itl_p50_ms": 4,
+    "itl_p99_ms": 5,
+    "itl_max_ms": 6,
+    "tpot_mean_ms": 7,
+}
 
 
 @dataclass(frozen=True)
@@ -68,7 +78,8 @@ class MetricDef:
     """One metric: what it measures, in which unit, and how a change of it is judged.
 
     ``tolerance`` is the default relative change below which a difference is not
-    worth failing a build; None means the gate never compares this metric.
+    worth failing a build; None means the gate never compares this metric. ``column``
+    is its place among the summary table's metric columns (None: not one of them).
     """
 
     key: str
@@ -81,6 +92,7 @@ class MetricDef:
     tolerance: float | None = None
     bench_serve_key: str | None = None
     fmt: str = "{:.1f}"
+    column: int | None = None
 
     @property
     def per_class(self) -> bool:
@@ -99,6 +111,7 @@ def _latency(field: str, stat: Statistic) -> MetricDef:
         tolerance=_TOLERANCES.get(key),
         bench_serve_key=f"{_BENCH_SERVE_STAT[stat]}_{field}_ms",
         fmt="{:.1f}",
+        column=_LATENCY_COLUMN.get(key),
     )
 
 
@@ -121,8 +134,8 @@ def _build() -> dict[str, MetricDef]:
     rule for functions, as docs/architecture.md names it)."""
     out = {m.key: m for m in (_latency(f, s) for f in LATENCIES for s in LATENCY_STATS)}
     extra = (
-        MetricDef("completed", "completed", "requests", "request", "count", fmt="{:.0f}"),
-        MetricDef("failed", "failed", "requests", "request", "count", fmt="{:.0f}"),
+        MetricDef("completed", "completed", "requests", "request", "count", fmt="{:.0f}", column=0),
+        MetricDef("failed", "failed", "requests", "request", "count", fmt="{:.0f}", column=1),
         MetricDef(
             "output_throughput",
             "out tok/s",
@@ -133,6 +146,7 @@ def _build() -> dict[str, MetricDef]:
             higher_is_better=True,
             tolerance=_TOLERANCES["output_throughput"],
             bench_serve_key="output_throughput",
+            column=8,
         ),
         MetricDef(
             "request_throughput",
@@ -148,7 +162,7 @@ def _build() -> dict[str, MetricDef]:
         # passes whose streams came in bursts (a starved API server): their ITL and
         # TPOT are left out, and a verdict compares how often each side streamed so
         MetricDef("bursty_passes", "bursty", "passes", "request", "count", fmt="{:.0f}"),
-        MetricDef("preemptions", "preempt", "count", "server", "counter", fmt="{:.0f}"),
+        MetricDef("preemptions", "preempt", "count", "server", "counter", fmt="{:.0f}", column=9),
         MetricDef(
             "preemptions_per_s",
             "preempt/s",
@@ -204,6 +218,10 @@ def _build() -> dict[str, MetricDef]:
 
 
 METRICS: Final[Mapping[str, MetricDef]] = _build()
+# The summary table's metric columns, in order: a metric joins it by its ``column``.
+SUMMARY_COLUMNS: Final = tuple(
+    m.key for m in sorted(METRICS.values(), key=lambda m: m.column or 0) if m.column is not None
+)
 _BY_BENCH_SERVE: Final = {m.bench_serve_key: k for k, m in METRICS.items() if m.bench_serve_key}
 
 # Compared with the baseline and shown, whether or not a workload gates on them.

@@ -21,7 +21,12 @@ from pytest_vllm_perf.core.records import (
     Outcome,
     Verdict,
 )
-from pytest_vllm_perf.core.registry import METRICS, metrics_from_report, split_key
+from pytest_vllm_perf.core.registry import (
+    METRICS,
+    SUMMARY_COLUMNS,
+    metrics_from_report,
+    split_key,
+)
 from pytest_vllm_perf.core.report import Headline, ResultEntry
 from pytest_vllm_perf.metrics import compute
 
@@ -43,20 +48,10 @@ __all__ = [
     "verdict_line",
 ]
 
-# The summary's metric columns, in order; labels and formats come from the registry.
-COLUMNS: Final = (
-    "completed",
-    "failed",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "itl_p50_ms",
-    "itl_p99_ms",
-    "itl_max_ms",
-    "tpot_mean_ms",
-    "output_throughput",
-    "preemptions",
-)
-_HEADER: Final = {"completed": "n", "itl_max_ms": "ITL max", "preemptions": "preempt"}
+# The summary's metric columns, in order, with their labels and formats: the registry's
+# (a metric's ``column``).
+COLUMNS: Final = SUMMARY_COLUMNS
+_HEADER: Final = {"completed": "n"}  # the request count, as narrow as its figures
 
 
 def label(key: str, names: Mapping[str, str] = _HEADER) -> str:

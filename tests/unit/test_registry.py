@@ -48,6 +48,17 @@ def test_reports_read_the_registry():
         assert key in registry.METRICS
 
 
+def test_the_summary_columns_are_the_metrics_that_name_a_place_in_it():
+    """A metric joins the summary table by its ``column``, one metric a place, so that a
+    new column is one registry entry; the table's header and cells follow it."""
+    places = [m.column for m in registry.METRICS.values() if m.column is not None]
+    assert sorted(places) == list(range(len(places)))
+    assert text.COLUMNS == registry.SUMMARY_COLUMNS
+    assert text.COLUMNS[:3] == ("completed", "failed", "ttft_p50_ms")
+    assert text.summary_headers()[2:5] == ["n", "failed", "TTFT p50"]
+    assert "e2el_p99_ms" not in text.COLUMNS
+
+
 def test_report_metrics_read_back_as_written():
     # what a JSON report holds (NaN as null, infinities as text) reads back to our figures
     ours = {"ttft_p50_ms": 1.5, "chat.itl_p999_ms": math.inf, "itl_p99_ms": math.nan}
