@@ -103,6 +103,12 @@ def test_pull_request_gate_fails_a_worse_commit(tmp_path):
     git(repo, "commit", "-qam", "a model eight times as deep")
     status, text, record = _gate(repo, "out-worse", "--base=HEAD~1")
     summary = text.split("# vLLM perf gate")[-1]
+    # the sessions' own lines too (boots, checks, passes): where a slow CI run's time went
+    print(
+        "\n".join(
+            line for line in text.splitlines() if line.startswith(("[vllm-perf]", "[prgate]"))
+        )
+    )
     print(summary)
     assert status == 1, text
     # both sides booted once, passes alternated ABBA, nothing stored
