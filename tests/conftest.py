@@ -60,18 +60,21 @@ FIRST = (
     "tests/unit/test_noise.py",
 )
 # The files that compare the fake server's timings (verdicts, capacity, windows): each
-# starts once no engine file runs (``_engine_files_apart``). The capacity file, two
-# tests and about 70 s, comes first with the small unit files right behind it: xdist
-# (loadfile) hands a worker the next file as soon as its current one has two tests or
-# fewer left, so whatever follows the capacity file waits for both its tests. Last
-# of the timed files, a 53 s test_gate.py queued behind it (fresh clone of
-# dfcd467: that worker ended at 480 s, the others at 432-436 s); after test_gate.py, the
-# capacity file itself was queued behind test_gate.py's last two tests (fresh clone of
-# 633952a: 504 s against 450-457 s).
+# starts once no engine file runs (``_engine_files_apart``), so they make CI's last
+# minutes, and the longest file sets when it ends. The two capacity searches (50-75 s
+# each) and --vllm-ab-rev's test (about 60 s) have files of their own, so that they run
+# at once on separate workers: in one file each with their neighbours, the capacity file
+# (126 s) and test_ab_gate.py (133 s) ended the run 60 s after the others (fresh clone
+# of 93ca176). xdist (loadfile) hands a worker the next file as soon as its current one
+# has two tests or fewer left, so a small unit file follows each of the long ones, to
+# wait behind it in place of real work (fresh clone of dfcd467: a 53 s test_gate.py
+# queued behind the capacity file ended that worker at 480 s, the others at 432-436 s).
 TIMED = (
     "tests/plugin/test_capacity_gate.py",
     "tests/unit/test_window.py",
+    "tests/plugin/test_capacity_ab.py",
     "tests/unit/test_multi_turn.py",
+    "tests/plugin/test_ab_rev.py",
     "tests/unit/test_trace.py",
     "tests/unit/test_scrape.py",
     "tests/plugin/test_gate.py",

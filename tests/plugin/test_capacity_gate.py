@@ -8,7 +8,9 @@ ITL mean (100 ms), which the fake server reports as the waits it gave
 client's ITL p50 the search's margins were not monotone in the rate on a loaded
 machine (0.76 at 20 req/s, 1.56 at 19.6, 0.96 at 21.8), both searches stayed
 unresolved and a capacity loss of x3 passed as inconclusive in 4 of 15 full runs. The
-rule is tests/unit/test_capacity.py's (an A/A unchanged, a loss regressed)."""
+rule is tests/unit/test_capacity.py's (an A/A unchanged, a loss regressed). The A/B
+search is tests/plugin/test_capacity_ab.py's: CI's workers take whole files, and the
+two tests, 50-75 s each, made the longest file of the tier's last minutes."""
 
 from __future__ import annotations
 
@@ -112,21 +114,3 @@ def reported_as_a_metric(project, result, status):
     if gate["verdict"] == "regressed":
         step = prgate.Step("stored", ("pytest",), 1, 60.0, markdown)
         assert "regressed: capacity_rps x0." in prgate.verdict([step])
-
-
-def test_ab_searches_both_sides_in_turn_and_judges_the_ratio(project, fake_vllm, monkeypatch):
-    """Both sides are the same fake server: an A/A. Both are searched, pass by pass in
-    turn, and the ratio is judged without a regression."""
-    fake_vllm.per_stream_s = 0.01
-    fake_vllm.nominal_timing = True
-    monkeypatch.setenv("FAKE_VLLM_URL", fake_vllm.url)
-    result = project.runpytest_inprocess(
-        "-p", "tests.fake_sides", "--vllm-profile=default", "--vllm-ab=default",
-        "-p", "no:cacheprovider", "-s", "--vllm-json=report.json", "--vllm-markdown=report.md",
-    )  # fmt: skip
-    outcomes = result.parseoutcomes()
-    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1, result.stdout.str()
-    out = result.stdout.str()
-    assert "capacity base:" in out and "capacity candidate:" in out
-    result.stdout.fnmatch_lines(["*LINE*: base *; candidate *; capacity_rps x*"])
-    reported_as_a_metric(project, result, "a/b")
