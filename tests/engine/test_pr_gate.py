@@ -84,7 +84,7 @@ def test_pull_request_gate_fails_a_worse_commit(tmp_path):
     An A/A through this script (two more boots, 150 s of CI) is left out for CI's time:
     the A/A false-alarm rate is measured by ``bench/gate_power.py`` on the CPU engine
     and the H200, a stored-baseline A/A on the real engine is ``test_engine.py``'s, and
-    ``--vllm-ab-rev``'s A/A with the profile as committed is tests/plugin/test_ab_gate.py's.
+    ``--vllm-ab-rev``'s A/A with the profile as committed is tests/plugin/test_ab_rev.py's.
     """
     require_engine()
     repo = tmp_path / "serving-config"

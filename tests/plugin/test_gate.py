@@ -1,7 +1,8 @@
 """Baselines and regression verdicts through the plugin (fake server: fast and controllable).
 tests/engine/test_engine.py saves and gates a baseline on the real engine; A/B runs are
-tests/plugin/test_ab_gate.py's, and baselines that cannot gate as they stand (other
-hardware, release or model, an old schema) tests/plugin/test_gate_provenance.py's."""
+tests/plugin/test_ab_gate.py's (a revision as a side, test_ab_rev.py's), and baselines
+that cannot gate as they stand (other hardware, release or model, an old schema)
+tests/plugin/test_gate_provenance.py's."""
 
 from __future__ import annotations
 
