@@ -61,25 +61,26 @@ FIRST = (
 )
 # The files that compare the fake server's timings (verdicts, capacity, windows): each
 # starts once no engine file runs (``_engine_files_apart``), so they make CI's last
-# minutes, and the longest file sets when it ends. The two capacity searches (50-75 s
-# each) and --vllm-ab-rev's test (about 60 s) have files of their own, so that they run
-# at once on separate workers: in one file each with their neighbours, the capacity file
-# (126 s) and test_ab_gate.py (133 s) ended the run 60 s after the others (fresh clone
-# of 93ca176). xdist (loadfile) hands a worker the next file as soon as its current one
-# has two tests or fewer left, so a small unit file follows each of the long ones, to
-# wait behind it in place of real work (fresh clone of dfcd467: a 53 s test_gate.py
-# queued behind the capacity file ended that worker at 480 s, the others at 432-436 s).
+# minutes, and the longest chain of them on one worker sets when the run ends: the
+# longest files first (test_gate.py 82 s, the stored capacity search 67 s,
+# --vllm-ab-rev's test 57 s, test_ab_gate.py 71 s in all), each followed by a small unit
+# file. xdist (loadfile) hands a worker the next file as soon as its current one has two
+# tests or fewer left, so that file waits behind it (fresh clone of dfcd467: a 53 s
+# test_gate.py queued behind the capacity file ended that worker at 480 s, the others
+# at 432-436 s). The two capacity searches and --vllm-ab-rev's test have files of their
+# own: in one file each with their neighbours, the capacity file (126 s) and
+# test_ab_gate.py (133 s) ended the run 60 s after the others (fresh clone of 93ca176).
 TIMED = (
-    "tests/plugin/test_capacity_gate.py",
+    "tests/plugin/test_gate.py",
     "tests/unit/test_window.py",
-    "tests/plugin/test_capacity_ab.py",
+    "tests/plugin/test_capacity_gate.py",
     "tests/unit/test_multi_turn.py",
     "tests/plugin/test_ab_rev.py",
     "tests/unit/test_trace.py",
-    "tests/unit/test_scrape.py",
-    "tests/plugin/test_gate.py",
     "tests/plugin/test_ab_gate.py",
+    "tests/unit/test_scrape.py",
     "tests/plugin/test_gate_provenance.py",
+    "tests/plugin/test_capacity_ab.py",
 )
 # The plugin files that time nothing (usage errors, help, thresholds far from the
 # fake server's figures, request faults) come before them, so that the workers freed
