@@ -5,6 +5,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,16 +29,14 @@ REPO = Path(__file__).resolve().parent.parent
 # longer reads: every test ran on its own.) The engine files are most of CI's time (a
 # boot is three vLLM imports, 40-55 s on two cores, and each file boots its own
 # server), so the four longest start at once, one to a worker. xdist hands a worker
-# whose file has at most two tests left the next file at once, to run after them: the
-# two short engine files come next, for the workers of the pull-request gate and the
-# installed wheel, whose one long test each ends before the faults file's chain (a
-# fresh-clone run of 866c96a, with two tiny unit files there instead: both short engine
-# files landed behind the installed wheel, and that worker's engine files ended at 409 s
-# where the faults file's ended at 349 s, and every file that times the fake server
-# waited for it); then the SIGTERM file,
-# which lands behind the shared server's last two tests, and a small unit file that lands
-# behind it (the 8B tokenizer's file did: 70 s to train with no cache, at the end of
-# that worker's chain once); then the unit files, and last
+# whose file has at most two tests left the next file at once, to run after them;
+# tests/lookahead.py (``pytest_xdist_make_scheduler`` below) makes that look-ahead a
+# short file wherever the worker's last file is a long one (``LONG``), so the other
+# engine files go, in this order, to the first workers whose long file has ended (with
+# xdist's own rule, both short engine files once queued behind the installed wheel, and
+# that worker's engine files ended at 409 s where the others ended by 349 s, and every
+# file that times the fake server waited for it: fresh clone of 866c96a); then the
+# unit files (the 8B tokenizer's trains for 70 s with no cache), and last
 # the plugin files and the unit files that time the fake server (test_window.py read
 # x1.36 between a short and a long pass among the engine files, where it asserts x1.0
 # within 15%). The plugin tier times a fake server in the test's own process: a
@@ -53,6 +52,7 @@ FIRST = (
     "tests/engine/test_upgrade_gate.py",
     "tests/engine/test_setup_hint.py",
     "tests/engine/test_interrupt.py",
+    "tests/engine/test_faults_boot.py",
     "tests/unit/test_redact.py",
     "tests/unit/test_hardware.py",
     "tests/unit/test_registry.py",
@@ -97,6 +97,30 @@ LAST = (
     "tests/plugin/test_prgate_traps.py",
     *TIMED,
 )
+
+
+# Files whose tests run a minute or more in CI: engine files and the longest timed ones.
+LONG = (
+    "tests/plugin/test_gate.py",
+    "tests/plugin/test_capacity_gate.py",
+    "tests/plugin/test_capacity_ab.py",
+    "tests/plugin/test_ab_rev.py",
+    "tests/plugin/test_ab_gate.py",
+    "tests/plugin/test_gate_provenance.py",
+)
+
+
+def _long(scope: str) -> bool:
+    return scope.startswith("tests/engine/") or scope in LONG
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with no long file queued behind another (tests/lookahead.py)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.lookahead import LookAheadScheduling
+
+    return LookAheadScheduling(config, log, _long)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

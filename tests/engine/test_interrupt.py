@@ -59,7 +59,7 @@ def _done(line: str) -> int:
         # make, timeout and CI runners may TERM a whole group, so a TERM can come twice
         # and land during the teardown the first one started. SIGTERM is turned into
         # KeyboardInterrupt, Ctrl-C's own path from there on; Ctrl-C itself is sent
-        # during a boot in test_faults_engine.py (sigint-during-boot). A ctrl-c case
+        # during a boot in test_faults_boot.py (sigint-during-boot). A ctrl-c case
         # here cost CI a boot and 70 s for the same path.
         pytest.param((signal.SIGTERM, signal.SIGTERM), id="sigterm-twice"),
     ],

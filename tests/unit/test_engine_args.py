@@ -1,5 +1,5 @@
 """The check of engine settings before any boot, with a stand-in for the launcher's
-``check`` (vLLM's own parser is the engine tier's: tests/engine/test_faults_engine.py)."""
+``check`` (vLLM's own parser is the engine tier's: tests/engine/test_faults_boot.py)."""
 
 from __future__ import annotations
 
