@@ -57,6 +57,13 @@ server.free_port = _first_taken
 """
 
 
+TIGHT_KV = """
+extends: small-kv
+description: small-kv with one 512-token sequence's worth of CPU KV cache
+cpu: {num_gpu_blocks_override: 5}
+"""
+
+
 def test_preemptions_counted_a_taken_port_retried_and_a_killed_engine_core_ends_the_run(
     perf_project, no_orphans
 ):
@@ -64,8 +71,14 @@ def test_preemptions_counted_a_taken_port_retried_and_a_killed_engine_core_ends_
 
     - a first test under KV pressure counts vLLM's preemptions (``min_preemptions: 1``):
       a 256-token prompt fills two of the 12 CPU blocks of 128 tokens, so its first
-      output token needs a third, and 8 users cannot all grow (a 4 s pass of 64 tokens
-      each, for CI's time; 8 s passes of 128 counted 5-6 in earlier runs);
+      output token needs a third. On ``small-kv``'s 12 blocks that took five requests
+      decoding at once, and beside two CPU burners the starved API server handed them
+      to the engine too far apart: 0 preempted, the test failed (fresh clone of
+      4484b34); beside four, with 192 tokens a request, again. ``TIGHT_KV`` leaves 5
+      blocks, one 512-token sequence's worth (vLLM keeps one back: with 4 it refused
+      to boot, "the estimated maximum model length is 384"), so any two requests of
+      384 tokens that decode at once are preempted, and the pass counts to its last
+      response;
     - the port taken before vLLM bound it is retried on a new one (``PORT_TAKEN``);
     - the second test's 600 s pass on the same server ends when vLLM's engine core is
       killed: only noticing the fault can end it within the bound, and the run ends
@@ -74,7 +87,7 @@ def test_preemptions_counted_a_taken_port_retried_and_a_killed_engine_core_ends_
     The API server killed instead (its children orphaned) is
     tests/unit/test_server_lifecycle.py's, through a stub whose child outlives it.
 
-    Broken on purpose (small-kv's CPU blocks raised from 12 to 200), nothing is
+    Broken on purpose (TIGHT_KV's CPU blocks raised from 5 to 200), nothing is
     preempted in the 4 s pass, the child's ``min_preemptions`` threshold fails and so
     does the PREEMPTIONS check here.
 
@@ -84,18 +97,19 @@ def test_preemptions_counted_a_taken_port_retried_and_a_killed_engine_core_ends_
     """
     require_engine()
     perf_project.makeconftest(PORT_TAKEN)
+    (perf_project.path / "profiles" / "tight-kv.yaml").write_text(TIGHT_KV)
     perf_project.makepyfile(
         test_kv="""
         import pytest
 
-        @pytest.mark.vllm_perf(workload="kv_pressure", profile="small-kv", duration_s=4, repeat=1,
-                               seq={"users": 8, "prompt_tokens": 256, "output_tokens": 64},
+        @pytest.mark.vllm_perf(workload="kv_pressure", profile="tight-kv", duration_s=4, repeat=1,
+                               seq={"users": 8, "prompt_tokens": 256, "output_tokens": 128},
                                thresholds={"min_preemptions": 1})
         def test_a_kv(vllm_perf):
             outcome = vllm_perf.run()
             print("PREEMPTIONS", outcome.result.metrics["preemptions"])
 
-        @pytest.mark.vllm_perf(workload="decode", profile="small-kv", duration_s=600,
+        @pytest.mark.vllm_perf(workload="decode", profile="tight-kv", duration_s=600,
                                chat={"users": 2})
         def test_b_slow(vllm_perf):
             print("SLOW LOAD STARTING", flush=True)
