@@ -85,14 +85,13 @@ lint: $(STAMP)
 # (tests/conftest.py). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 4
 # Lint runs beside the tests (about 35 s of CI's wall otherwise), its output printed
-# after theirs; either failing fails the target. It runs niced: its 31 CPU-seconds
-# (`time make lint`, 2 cores) would otherwise come out of the engine tests' first
-# minutes, when four vLLM servers boot on two cores and set how long the run takes;
-# niced, it takes what they leave. The history tests' PostgreSQL is
+# after theirs; either failing fails the target. Not niced: beside two CPU-bound
+# processes a niced lint got a few percent of a core and held a finished CI run for
+# over 40 minutes. The history tests' PostgreSQL is
 # started from the distribution's package for the run (scripts/ci_postgres.sh) unless
 # VLLM_PERF_TEST_POSTGRES names one; without the package they skip, and under CI fail.
 test: $(STAMP)
-	nice -n 15 $(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
+	$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
 	pg=; if [ -z "$${VLLM_PERF_TEST_POSTGRES:-}" ] && started=$$(scripts/ci_postgres.sh start); then \
 	  export VLLM_PERF_TEST_POSTGRES=$${started% *}; pg=$${started#* }; \
 	  trap 'scripts/ci_postgres.sh stop "$$pg"' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; fi; \
