@@ -70,11 +70,11 @@ def test_preemptions_counted_a_taken_port_retried_and_a_killed_engine_core_ends_
     """Three claims on one small-KV boot, since CI pays for every boot:
 
     - a first test under KV pressure counts vLLM's preemptions (``min_preemptions: 1``):
-      a 256-token prompt fills two of the 12 CPU blocks of 128 tokens, so its first
+      a 256-token prompt fills two CPU blocks of 128 tokens, so its first
       output token needs a third. On ``small-kv``'s 12 blocks that took five requests
       decoding at once, and beside two CPU burners the starved API server handed them
       to the engine too far apart: 0 preempted, the test failed (fresh clone of
-      4484b34); beside four, with 192 tokens a request, again. ``TIGHT_KV`` leaves 5
+      4484b34), and with 192 tokens a request beside more burners. ``TIGHT_KV`` leaves 5
       blocks, one 512-token sequence's worth (vLLM keeps one back: with 4 it refused
       to boot, "the estimated maximum model length is 384"), so any two requests of
       384 tokens that decode at once are preempted, and the pass counts to its last
