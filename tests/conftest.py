@@ -64,12 +64,12 @@ FIRST = (
 # minutes, and the longest chain of them on one worker sets when the run ends: the
 # longest files first (test_gate.py 82 s, the stored capacity search 67 s,
 # --vllm-ab-rev's test 57 s, test_ab_gate.py 71 s in all), each followed by a small unit
-# file. xdist (loadfile) hands a worker the next file as soon as its current one has two
-# tests or fewer left, so that file waits behind it (fresh clone of dfcd467: a 53 s
-# test_gate.py queued behind the capacity file ended that worker at 480 s, the others
-# at 432-436 s). The two capacity searches and --vllm-ab-rev's test have files of their
-# own: in one file each with their neighbours, the capacity file (126 s) and
-# test_ab_gate.py (133 s) ended the run 60 s after the others (fresh clone of 93ca176).
+# file for the look-ahead tests/lookahead.py gives a worker running a long one (before
+# it, a 53 s test_gate.py queued behind the capacity file ended that worker at 480 s,
+# the others at 432-436 s: fresh clone of dfcd467). The two capacity searches and
+# --vllm-ab-rev's test have files of their own: in one file each with their
+# neighbours, the capacity file (126 s) and test_ab_gate.py (133 s) ended the run 60 s
+# after the others (fresh clone of 93ca176).
 TIMED = (
     "tests/plugin/test_gate.py",
     "tests/unit/test_window.py",

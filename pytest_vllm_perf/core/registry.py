@@ -220,7 +220,7 @@ def _build() -> dict[str, MetricDef]:
 METRICS: Final[Mapping[str, MetricDef]] = _build()
 # The summary table's metric columns, in order: a metric joins it by its ``column``.
 SUMMARY_COLUMNS: Final = tuple(
-    m.key for m in sorted(METRICS.values(), key=lambda m: m.column or 0) if m.column is not None
+    key for _, key in sorted((m.column, m.key) for m in METRICS.values() if m.column is not None)
 )
 _BY_BENCH_SERVE: Final = {m.bench_serve_key: k for k, m in METRICS.items() if m.bench_serve_key}
 
