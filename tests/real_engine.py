@@ -23,12 +23,18 @@ def require_engine() -> None:
         pytest.skip("vLLM is not installed (make setup installs the CPU engine)")
 
 
-def start_pytest(folder: Path, tag: str) -> subprocess.Popen[str]:
-    """A pytest child in ``folder`` whose processes carry ``VLLM_PERF_TEST_TAG=tag``.
+def sigint_restored() -> None:
+    """A child's ``preexec_fn``: a background job of a non-interactive shell starts with
+    SIGINT ignored, and a Python child started so ignores Ctrl-C; the child gets the
+    default back, so that a test can interrupt it however the suite itself was started
+    (a fresh-clone CI run started with ``&`` from a script failed the Ctrl-C test of
+    ``prgate``: its 200 passes ran to the end)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-    A background job of a shell starts with SIGINT ignored: the child gets the default
-    handler back, so that a test can interrupt it however the suite itself was started.
-    """
+
+def start_pytest(folder: Path, tag: str) -> subprocess.Popen[str]:
+    """A pytest child in ``folder`` whose processes carry ``VLLM_PERF_TEST_TAG=tag``,
+    interruptible however the suite was started (``sigint_restored``)."""
     return subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s"],
         cwd=folder,
@@ -36,7 +42,7 @@ def start_pytest(folder: Path, tag: str) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "VLLM_PERF_TEST_TAG": tag},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler),
+        preexec_fn=sigint_restored,
     )
 
 

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.real_engine import sigint_restored
 from tests.scratch_git import commit_all
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,6 +83,7 @@ def test_ctrl_c_ends_the_gate_with_a_summary_and_no_traceback(project, fake_vllm
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=sigint_restored,
     ) as proc:
         assert proc.stdout is not None
         seen = []
