@@ -45,7 +45,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     last test's teardown ride in the report's user properties to the controller."""
     if call.when == "teardown":
         now = _cpu_s()
-        item.user_properties.append((_CPU_KEY, round(now - _last_cpu[0], 1)))
+        item.user_properties.append((_CPU_KEY, round(now - _last_cpu[0], 2)))
         _last_cpu[0] = now
 
 
