@@ -184,10 +184,30 @@ def fake_vllm():
 
 
 @pytest.fixture
-def perf_project(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A pytester folder with the repository's profiles in ./profiles."""
+def perf_project(
+    pytester: pytest.Pytester,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> pytest.Pytester:
+    """A pytester folder with the repository's profiles in ./profiles, whose sessions
+    share one user cache with every other such session of the run (``run_cache``)."""
     shutil.copytree(REPO / "profiles", pytester.path / "profiles")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(run_cache(tmp_path_factory)))
     return pytester
+
+
+def run_cache(factory: pytest.TempPathFactory) -> Path:
+    """One user cache folder for the run, on every xdist worker. Pytester moves HOME to
+    the test's folder, and the user cache with it: where the plugin remembers the engine
+    settings vLLM's parser accepted (serving/engine_args.py) and vLLM what it learnt of
+    a model's architecture. Every session that booted the real engine then paid both
+    again, as a user's second run does not: the parser's check is a vLLM import of its
+    own, 12-17 CPU-seconds on CI's two cores, and its wall held each boot back by up to
+    170 s among the engine files."""
+    base = factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "user-cache"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="session")
