@@ -13,12 +13,13 @@ git clone -q "$here" "$clone/repo" || exit 1
 cd "$clone/repo" || exit 1
 start=$(date +%s)
 CI=true make setup > "$clone/setup.log" 2>&1 || { echo "make setup failed: $clone/setup.log" >&2; exit 1; }
+setup_s=$(( $(date +%s) - start ))
 CI=true CI_TIMELINE_OUT="$clone/timeline.txt" PYTHONPATH="$clone/repo" \
   make test ARGS="-p no:cacheprovider -rA --durations=40 -p bench.ci_timeline" > "$clone/test.log" 2>&1
 rc=$?
 {
   echo "commit $(git rev-parse --short HEAD), $(nproc) cores: make setup && make test TEST_WORKERS=${TEST_WORKERS:-4} (.ci/run's arguments, -p bench.ci_timeline)"
-  echo "exit $rc after $(( $(date +%s) - start )) s in all; $(grep -E '^=+ .*(passed|failed).* in ' "$clone/test.log" | tail -1)"
+  echo "exit $rc after $(( $(date +%s) - start )) s in all, make setup $setup_s s; $(grep -E '^=+ .*(passed|failed).* in ' "$clone/test.log" | tail -1)"
   echo "load average at the end $(cut -d' ' -f1-3 /proc/loadavg); logs in $clone"
   .venv/bin/python bench/ci_timeline.py "$clone/timeline.txt"
 } > "$OUT"
