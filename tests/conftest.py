@@ -61,26 +61,35 @@ FIRST = (
 )
 # The files that compare the fake server's timings (verdicts, capacity, windows): each
 # starts once no engine file runs (``_engine_files_apart``), so they make CI's last
-# minutes, and the longest chain of them on one worker sets when the run ends: the
-# longest files first (test_gate.py 82 s, the stored capacity search 67 s,
-# --vllm-ab-rev's test 57 s, test_ab_gate.py 71 s in all), each followed by a small unit
-# file for the look-ahead tests/lookahead.py gives a worker running a long one (before
-# it, a 53 s test_gate.py queued behind the capacity file ended that worker at 480 s,
-# the others at 432-436 s: fresh clone of dfcd467). The two capacity searches and
-# --vllm-ab-rev's test have files of their own: in one file each with their
-# neighbours, the capacity file (126 s) and test_ab_gate.py (133 s) ended the run 60 s
-# after the others (fresh clone of 93ca176).
+# minutes, and the longest chain of them on one worker sets when the run ends. The
+# longest files come first, longest first (the stored capacity search 67 s,
+# --vllm-ab-rev's test 51 s, the A/B capacity search 50 s, provenance 49 s: a fresh
+# clone of 81626a0), each followed by a small unit file for the look-ahead
+# tests/lookahead.py gives a worker running a long one, then the shorter ones, so that
+# the last to start are the shortest. No file runs much over a minute: with test_gate.py
+# (80 s) and test_ab_gate.py (88 s) whole, the files that time the fake server took
+# 153 s on four workers after the engine files, the longest chain three files
+# (capacity search, A/B capacity search, shards) where the sum over four workers was
+# 110 s (fresh clone of 81626a0, bench/ci_timeline.sh); both are split now. (The
+# two capacity searches and --vllm-ab-rev's test have files of their own for the same
+# reason: in one file each with their neighbours, the capacity file (126 s) and
+# test_ab_gate.py (133 s) ended the run 60 s after the others, fresh clone of 93ca176.)
 TIMED = (
-    "tests/plugin/test_gate.py",
-    "tests/unit/test_window.py",
     "tests/plugin/test_capacity_gate.py",
-    "tests/unit/test_multi_turn.py",
+    "tests/unit/test_window.py",
     "tests/plugin/test_ab_rev.py",
-    "tests/unit/test_trace.py",
-    "tests/plugin/test_ab_gate.py",
-    "tests/unit/test_scrape.py",
-    "tests/plugin/test_gate_provenance.py",
+    "tests/unit/test_multi_turn.py",
     "tests/plugin/test_capacity_ab.py",
+    "tests/unit/test_trace.py",
+    "tests/plugin/test_gate_provenance.py",
+    "tests/unit/test_scrape.py",
+    "tests/plugin/test_ab_gate.py",
+    "tests/plugin/test_gate.py",
+    "tests/plugin/test_gate_runs.py",
+    "tests/plugin/test_ab_runs.py",
+    "tests/plugin/test_shards.py",
+    "tests/plugin/test_promote.py",
+    "tests/plugin/test_html.py",
 )
 # The plugin files that time nothing (usage errors, help, thresholds far from the
 # fake server's figures, request faults) come before them, so that the workers freed
@@ -99,8 +108,12 @@ LAST = (
 )
 
 
-# Files whose tests run a minute or more in CI: engine files and the longest timed ones.
+# Files whose tests run most of a minute or more in CI: engine files, the longest timed
+# ones, and the 8B tokenizer's unit file (40-85 s among the engine files, fresh clones
+# of 81626a0). As the look-ahead of test_engine.py it held test_upgrade_gate.py back
+# until it ended, and that chain ended the engine files 13-17 s after the next longest.
 LONG = (
+    "tests/unit/test_models.py",
     "tests/plugin/test_gate.py",
     "tests/plugin/test_capacity_gate.py",
     "tests/plugin/test_capacity_ab.py",

@@ -1,4 +1,7 @@
-"""A/B runs, revisions as a side, and promoted reports through the plugin (fake server).
+"""A/B verdicts through the plugin (fake server): the sides compared, the looks and
+their budget, the undecided run's exit status, and usage errors. The run's A/B budget
+and the sequential mode are tests/plugin/test_ab_runs.py's, a revision as a side
+test_ab_rev.py's, promoted reports test_promote.py's.
 
 Split from tests/plugin/test_gate.py, whose project and runners it shares, so that CI's
 xdist workers (which take whole files) spread the plugin tier's longest file over two.
@@ -117,49 +120,6 @@ def test_an_undecided_run_exits_with_its_own_status_when_asked(project, fake_vll
     assert told.ret == INCONCLUSIVE_EXIT == 6
 
 
-def test_the_runs_false_alarm_budget_is_split_over_its_ab_tests(project, fake_vllm, monkeypatch):
-    """Each A/B test may spend min(1%, the run's budget / the A/B tests selected), its one
-    vllm_perf call 0.9 of that (sequential.CALL_SHARE): one look of 2 pairs spends it
-    all, and the note prints it. A second perf test halves it. Broken on purpose (every
-    test at 1%), the notes say level 0.009."""
-    args = ("--vllm-ab=default", "--vllm-ab-max-pairs=2", "--vllm-ab-run-alpha=0.004", "-s")
-    one = run_ab(project, fake_vllm, monkeypatch, *args, repeat=2)
-    assert "2 pairs: regressed when worse than 25% of the tolerance at level 0.0036" in (
-        one.stdout.str()
-    )
-    project.makepyfile(test_second=PERF_TEST)
-    two = run_ab(project, fake_vllm, monkeypatch, *args, repeat=2)
-    out = two.stdout.str()
-    assert out.count("at level 0.0018;") == 2, out
-    assert "at level 0.0036" not in out
-
-
-def test_sequential_ab_runs_the_sides_in_blocks_and_says_so(project, fake_vllm, monkeypatch):
-    """--vllm-ab-mode=sequential: one side at a time on one slot, blocks CBBC, pass k
-    paired with pass k, and the note says how the sides ran. Broken on purpose (the
-    plugin ignoring the mode), the passes alternate ABBA and the order check fails."""
-    result = run_ab(
-        project, fake_vllm, monkeypatch, "--vllm-ab=default", "--vllm-ab-mode=sequential",
-        "--vllm-settle-passes=1", "-s",
-    )  # fmt: skip
-    judged_once(result)
-    order = re.findall(
-        r"A/B pass (\d)/6 (base|candidate) \((?:default|p)\): starting", result.stdout.str()
-    )
-    expected = [(str(k), "candidate") for k in (1, 2, 3)]
-    expected += [(str(k), "base") for k in range(1, 7)]
-    expected += [(str(k), "candidate") for k in (4, 5, 6)]
-    assert order == expected
-    result.stdout.fnmatch_lines(
-        ["*'p' against 'default', booted in turn, passes in blocks (CBBC)*"]
-    )
-    # each block settles on the server it booted, before its first measured pass
-    settled = re.findall(
-        r"A/B pass (\d)/6 (base|candidate) .*: settle pass 1/1 thrown away", result.stdout.str()
-    )
-    assert settled == [("1", "candidate"), ("1", "base"), ("4", "candidate")], settled
-
-
 def test_ab_mode_usage_errors(project, fake_vllm, monkeypatch):
     result = run_ab(project, fake_vllm, monkeypatch, "--vllm-ab=nosuch")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -178,60 +138,3 @@ def test_ab_mode_usage_errors(project, fake_vllm, monkeypatch):
     result.stderr.fnmatch_lines(
         ["*--vllm-ab 'default@no-such-venv': expected PROFILE@VENV*no-such-venv is not an exec*"]
     )
-
-
-def test_promoted_report_is_the_baseline_a_save_writes(project, fake_vllm, capsys):
-    """A --vllm-json report promoted by the CLI holds the same passes as --vllm-save-baseline
-    wrote in the same run; two reports make two boots, and the next run gates against them."""
-    from pytest_vllm_perf.tools import main as vllm_perf
-
-    run(project, fake_vllm, "--vllm-save-baseline", "--vllm-json=r1.json").assert_outcomes(passed=1)
-    # the second report judged against nothing: an A/A of timed fake-server passes can
-    # come out regressed on a busy machine (x3.2 and x4.2 at load average 5-15), and
-    # what is checked here is the promotion, not that verdict
-    nothing = project.path / "empty-store"
-    run(
-        project, fake_vllm, "--vllm-json=r2.json", f"--vllm-baseline-dir={nothing}"
-    ).assert_outcomes(passed=1)
-    saved = json.loads(stored(project)[0].read_text())
-    store = project.path / "promoted"
-    reports = [str(project.path / "r1.json"), str(project.path / "r2.json")]
-    assert vllm_perf(["promote", *reports, "--store", str(store)]) == 0
-    assert "2 boot(s)" in capsys.readouterr().out
-    (path,) = sorted(store.rglob("*.json"))
-    assert path.relative_to(store) == stored(project)[0].relative_to(project.path / ".vllm-perf")
-    promoted = json.loads(path.read_text())
-    assert [b["promoted_from"] for b in promoted["boots"]] == reports
-    for key in ("test", "profile", "profile_hash", "workload", "workload_hash"):
-        assert promoted[key] == saved[key], key
-    first, mine = promoted["boots"][0], saved["boots"][0]
-    assert first["environment"] == mine["environment"]
-    assert [p["metrics"] for p in first["passes"]] == [p["metrics"] for p in mine["passes"]]
-    newest = json.loads((project.path / "r2.json").read_text())["results"][0]
-    assert promoted["distribution"] == newest["distribution"]  # the newest boot's, as saves do
-    assert "hf_supersecretvalue1" not in path.read_text()
-
-    result = run(project, fake_vllm, f"--vllm-baseline-dir={store}", "--vllm-json=r3.json")
-    outcomes = result.parseoutcomes()  # the A/A's verdict is not this test's claim
-    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1, result.stdout.str()
-    gate = json.loads((project.path / "r3.json").read_text())["results"][0]["baseline"]
-    assert gate["path"] == str(path) and gate["status"] == "compared", gate
-    assert gate["verdicts"] and all("2 baseline boots" in v["basis"] for v in gate["verdicts"])
-
-
-def test_promote_refuses_a_report_of_another_workload(project, fake_vllm, capsys):
-    from pytest_vllm_perf.tools import main as vllm_perf
-
-    run(project, fake_vllm, "--vllm-json=r1.json").assert_outcomes(passed=1)
-    data = json.loads((project.path / "r1.json").read_text())
-    data["results"][0]["workload"]["duration_s"] = 2
-    (project.path / "r2.json").write_text(json.dumps(data))
-    store = project.path / "promoted"
-    args = ["promote", str(project.path / "r1.json"), str(project.path / "r2.json")]
-    assert vllm_perf([*args, "--store", str(store)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "cannot add a boot: the workload differs" in err and "\n" not in err
-    assert not list(store.rglob("*.json"))  # nothing half-written
-    (project.path / "bad.json").write_text("{}")
-    assert vllm_perf(["promote", str(project.path / "bad.json"), "--store", str(store)]) == 2
-    assert "bad.json: not a --vllm-json report" in capsys.readouterr().err
