@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parent.parent
 # server), so the four longest start at once, one to a worker. xdist hands a worker
 # whose file has at most two tests left the next file at once, to run after them;
 # tests/lookahead.py (``pytest_xdist_make_scheduler`` below) makes that look-ahead a
-# short file wherever the worker's last file is a long one (``LONG``), so the other
-# engine files go, in this order, to the first workers whose long file has ended (with
+# spacer (``SPACERS``) wherever the next file is a long one (``LONG``), so the other
+# engine files go, in this order, to the first workers whose own files have ended (with
 # xdist's own rule, both short engine files once queued behind the installed wheel, and
 # that worker's engine files ended at 409 s where the others ended by 349 s, and every
 # file that times the fake server waited for it: fresh clone of 866c96a); then the
@@ -53,8 +53,6 @@ FIRST = (
     "tests/engine/test_setup_hint.py",
     "tests/engine/test_interrupt.py",
     "tests/engine/test_faults_boot.py",
-    "tests/unit/test_redact.py",
-    "tests/unit/test_hardware.py",
     "tests/unit/test_registry.py",
     "tests/unit/test_models.py",
     "tests/unit/test_noise.py",
@@ -108,19 +106,35 @@ LAST = (
 )
 
 
-# Files whose tests run most of a minute or more in CI: engine files, the longest timed
-# ones, and the 8B tokenizer's unit file (40-85 s among the engine files, fresh clones
-# of 81626a0). As the look-ahead of test_engine.py it held test_upgrade_gate.py back
-# until it ended, and that chain ended the engine files 13-17 s after the next longest.
+# Files handed out only to a worker about to be free (tests/lookahead.py): engine files,
+# the unit files that run half a minute or more among them (the 8B tokenizer's 40-85 s,
+# the noise model's 17-52 s, error budgets 26-37 s: fresh clones of 81626a0 and
+# 585cb34), and the files that time the fake server for half a minute or more.
 LONG = (
     "tests/unit/test_models.py",
+    "tests/unit/test_noise.py",
+    "tests/unit/test_error_budget.py",
+    "tests/unit/test_server_lifecycle.py",
     "tests/plugin/test_gate.py",
+    "tests/plugin/test_gate_runs.py",
     "tests/plugin/test_capacity_gate.py",
     "tests/plugin/test_capacity_ab.py",
     "tests/plugin/test_ab_rev.py",
     "tests/plugin/test_ab_gate.py",
     "tests/plugin/test_gate_provenance.py",
 )
+# What such a worker runs while the long file waits: unit files of two tests or more
+# that time nothing and took a second or less in those runs. They come last in the
+# order, so that they are kept for this; about 18 are used in a run.
+SPACERS = tuple(
+    f"tests/unit/test_{name}.py"
+    for name in (
+        "commands", "merged", "upgrade", "hardware", "modes", "pinned_engine", "redact",
+        "reference", "engine_args", "thresholds", "energy", "prgate", "report_doc",
+        "client", "stats", "claims", "require_baseline", "workload",
+        "intervals", "verdict_holes", "docs", "bisect", "profiles",
+    )
+)  # fmt: skip
 
 
 def _long(scope: str) -> bool:
@@ -128,17 +142,20 @@ def _long(scope: str) -> bool:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile`` with no long file queued behind another (tests/lookahead.py)."""
+    """``--dist loadfile`` with a long file handed out only to a worker about to be free
+    (tests/lookahead.py)."""
     if config.getvalue("dist") != "loadfile":
         return None
     from tests.lookahead import LookAheadScheduling
 
-    return LookAheadScheduling(config, log, _long)
+    return LookAheadScheduling(config, log, _long, SPACERS.__contains__)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> tuple[int, int]:
         path = item.nodeid.split("::")[0]
+        if path in SPACERS:
+            return (3, 0)
         if path in FIRST:
             return (0, FIRST.index(path))
         if path in LAST or path.startswith("tests/plugin/"):
