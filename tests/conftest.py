@@ -60,15 +60,15 @@ FIRST = (
 # The files that compare the fake server's timings (verdicts, capacity, windows): each
 # starts once no engine file runs (``_engine_files_apart``), so they make CI's last
 # minutes, and the longest chain of them on one worker sets when the run ends. The
-# longest files come first, longest first (the stored capacity search 67 s,
-# --vllm-ab-rev's test 51 s, the A/B capacity search 50 s, provenance 49 s: a fresh
-# clone of 81626a0), each followed by a small unit file for the look-ahead
-# tests/lookahead.py gives a worker running a long one, then the shorter ones, so that
-# the last to start are the shortest. No file runs much over a minute: with test_gate.py
-# (80 s) and test_ab_gate.py (88 s) whole, the files that time the fake server took
-# 153 s on four workers after the engine files, the longest chain three files
-# (capacity search, A/B capacity search, shards) where the sum over four workers was
-# 110 s (fresh clone of 81626a0, bench/ci_timeline.sh); both are split now. (The
+# longest come first, longest first (the stored capacity search 67 s, --vllm-ab-rev's
+# test 51 s, the A/B capacity search 50 s, provenance 49 s: a fresh clone of 81626a0),
+# each handed out only to a worker about to be free (tests/lookahead.py), then the
+# shorter ones, so that the last to start are the shortest (the four quick unit files
+# among the long ones time the fake server too). No file runs much over a minute: with
+# test_gate.py (80 s) and test_ab_gate.py (88 s) whole, the files that time the fake
+# server took 153 s on four workers after the engine files, the longest chain three
+# files (capacity search, A/B capacity search, shards) where the sum over four workers
+# was 110 s (fresh clone of 81626a0, bench/ci_timeline.sh); both are split now. (The
 # two capacity searches and --vllm-ab-rev's test have files of their own for the same
 # reason: in one file each with their neighbours, the capacity file (126 s) and
 # test_ab_gate.py (133 s) ended the run 60 s after the others, fresh clone of 93ca176.)
@@ -124,8 +124,10 @@ LONG = (
     "tests/plugin/test_gate_provenance.py",
 )
 # What such a worker runs while the long file waits: unit files of two tests or more
-# that time nothing and took a second or less in those runs. They come last in the
-# order, so that they are kept for this; about 18 are used in a run.
+# that time nothing and took a second or less in those runs where they did not wait
+# behind another file. They come last in the order, so that they are kept for this: at
+# most one for each long file handed out (the engine files and ``LONG``, 19), and
+# those left over run at the end.
 SPACERS = tuple(
     f"tests/unit/test_{name}.py"
     for name in (
