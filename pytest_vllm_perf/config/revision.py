@@ -6,11 +6,16 @@ the same profile as committed at the base revision. The files are read with
 the tests that drive both sides) stays the pull request's. The user's profiles
 folder and, where the repository holds them, the shipped profiles are read at the
 revision; shipped profiles installed from a package are the same on both sides.
+Shipped profiles are always the installed package's, never read from git: in the
+usual layout the package lives in a virtual environment inside the repository
+(a gitignored ``.venv``), whose files no revision holds.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -35,6 +40,25 @@ def _git(args: Sequence[str], cwd: Path) -> str:
     if done.returncode != 0:
         raise ProfileError(f"git {' '.join(args)}: {done.stderr.strip() or done.returncode}")
     return done.stdout
+
+
+def _copy_at(top: Path, commit: str, folder: Path, copy: Path) -> Path:
+    """The YAML files of ``folder`` as committed at ``commit``, copied into ``copy``;
+    a folder outside the repository is used as it is."""
+    try:
+        rel = folder.resolve().relative_to(top.resolve())
+    except ValueError:
+        return folder  # outside the repository
+    copy.mkdir(parents=True, exist_ok=True)
+    try:
+        listing = _git(["ls-tree", "--name-only", f"{commit}:{rel.as_posix() or '.'}"], top)
+    except ProfileError:
+        listing = ""  # the folder did not exist at the revision
+    for name in listing.split():
+        if name.endswith(".yaml"):
+            text = _git(["show", f"{commit}:{(rel / name).as_posix()}"], top)
+            (copy / name).write_text(text, encoding="utf-8")
+    return copy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +86,8 @@ class Revision:
 
 def resolve(rev: str, user_dir: Path, into: Path | None = None) -> Revision:
     """The revision ``rev`` of the git repository holding ``user_dir`` (or its nearest
-    existing parent), with its profile folders copied under ``into`` (a new temporary
-    folder by default); ProfileError naming the revision when git cannot read it."""
+    existing parent), with its profile folders copied under ``into`` (by default a new
+    temporary folder, removed when the process exits); ProfileError naming the revision when git cannot read it."""
     start = user_dir
     while not start.is_dir():
         start = start.parent
@@ -72,23 +96,11 @@ def resolve(rev: str, user_dir: Path, into: Path | None = None) -> Revision:
         commit = _git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], top).strip()
     except ProfileError:
         raise ProfileError(f"--vllm-ab-rev {rev!r}: not a commit of {top}") from None
-    into = into or Path(tempfile.mkdtemp(prefix="vllm-perf-rev-"))
-    folders = []
-    for i, folder in enumerate((user_dir, profiles.SHIPPED)):
-        try:
-            rel = folder.resolve().relative_to(top.resolve())
-        except ValueError:
-            folders.append(folder)  # outside the repository (an installed package)
-            continue
-        copy = into / str(i)
-        copy.mkdir(parents=True, exist_ok=True)
-        try:
-            listing = _git(["ls-tree", "--name-only", f"{commit}:{rel.as_posix() or '.'}"], top)
-        except ProfileError:
-            listing = ""  # the folder did not exist at the revision
-        for name in listing.split():
-            if name.endswith(".yaml"):
-                text = _git(["show", f"{commit}:{(rel / name).as_posix()}"], top)
-                (copy / name).write_text(text, encoding="utf-8")
-        folders.append(copy)
+    if into is None:  # a temporary folder of this process's, removed when it exits
+        into = Path(tempfile.mkdtemp(prefix="vllm-perf-rev-"))
+        atexit.register(shutil.rmtree, into, ignore_errors=True)
+    folders: list[Path] = []
+    if user_dir.resolve() != profiles.SHIPPED:
+        folders.append(_copy_at(top, commit, user_dir, into / "0"))
+    folders.append(profiles.SHIPPED)  # the installed package's, the same on both sides
     return Revision(rev, commit, tuple(folders))

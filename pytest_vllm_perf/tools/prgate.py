@@ -41,6 +41,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -94,7 +95,11 @@ STORED_MODES: Final = {
 def changed_profiles(base: str, profiles_dir: Path) -> list[str]:
     """Profiles of the working tree whose resolved settings differ at ``base`` (or that
     ``base`` does not have), in name order. ProfileError when git cannot read ``base``."""
-    at_base = revision.resolve(base, profiles_dir)
+    with tempfile.TemporaryDirectory(prefix="vllm-perf-rev-") as into:
+        return _changed(revision.resolve(base, profiles_dir, Path(into)), profiles_dir)
+
+
+def _changed(at_base: revision.Revision, profiles_dir: Path) -> list[str]:
     here = profiles.search_path(profiles_dir)
     changed = []
     for name in profiles.available(here):

@@ -3,6 +3,7 @@ the GPUs a job claims, and the summary (the engine test runs the whole script)."
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from pytest_vllm_perf.serving import hardware
@@ -134,3 +135,48 @@ def test_an_undecided_step_makes_the_gate_inconclusive_not_failed():
     line = prgate.verdict([ok, undecided])
     assert line.startswith("INCONCLUSIVE: ab passed; stored passed, a gated verdict undecided")
     assert prgate.figures([ok, undecided], 0)["outcome"] == "inconclusive"
+
+
+def test_shipped_profiles_inside_the_repository_are_read_from_the_package(
+    tmp_path, monkeypatch
+):
+    """The usual layout: the plugin installed into a gitignored ``.venv`` inside the
+    project, so the shipped profiles' folder lies under the repository's top level but
+    no revision holds it. Only the user's changed profile is changed, and a profile that
+    ``extends: default`` loads at the base. Broken on purpose (the shipped folder read
+    from git at the base, as before), every shipped profile is listed as changed and
+    the base has no ``default``."""
+    shipped = tmp_path / ".venv" / "site" / "pytest_vllm_perf" / "profiles"
+    shipped.mkdir(parents=True)
+    for name in ("default", "chunked"):
+        (shipped / f"{name}.yaml").write_text(f"description: {name}\nengine: {{}}\n")
+    monkeypatch.setattr(prgate.profiles, "SHIPPED", shipped.resolve())
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "mine.yaml").write_text("extends: default\nengine: {max_num_seqs: 8}\n")
+    (tmp_path / ".gitignore").write_text(".venv/\n")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "base")
+    assert prgate.changed_profiles("HEAD", folder) == []
+    (folder / "mine.yaml").write_text("extends: default\nengine: {max_num_seqs: 1}\n")
+    assert prgate.changed_profiles("HEAD", folder) == ["mine"]
+    at_base = prgate.revision.resolve("HEAD", folder, tmp_path / "rev")
+    mine, note = at_base.load("mine")
+    assert mine.name == "mine@HEAD" and mine.engine == {"max_num_seqs": 8} and not note
+
+
+def test_revision_folders_are_removed(tmp_path, monkeypatch):
+    """``changed_profiles`` leaves no ``vllm-perf-rev-*`` folder behind. Broken on
+    purpose (the folder made with ``mkdtemp`` and never removed), one is left."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    folder = tmp_path / "repo" / "profiles"
+    folder.mkdir(parents=True)
+    (folder / "p.yaml").write_text("engine: {max_num_seqs: 8}\n")
+    git(tmp_path / "repo", "init", "-q")
+    git(tmp_path / "repo", "add", ".")
+    git(tmp_path / "repo", "commit", "-qm", "base")
+    assert prgate.changed_profiles("HEAD", folder) == []
+    assert list((tmp_path / "tmp").iterdir()) == []
