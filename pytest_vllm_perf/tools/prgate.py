@@ -14,7 +14,8 @@ pytest session of the suite, and writes a summary:
    ``default`` unless told): the committed baselines' thresholds and verdicts, which
    also fail a baseline that cannot gate (other model, release, hardware, workload).
    ``--stored-mode=add-boot`` adds this run to the baselines as one more boot (the
-   workflow's dispatch), ``save`` replaces them; ``--no-ab`` skips step 1.
+   workflow's dispatch), ``save`` replaces them, ``init`` saves and then adds a second
+   boot (two sessions), the store a gate needs; ``--no-ab`` skips step 1.
 
 **An upgrade**: a pull request that changes the exact vLLM pin of ``--pin-files``
 (``tools/upgrade.py``) also runs every ``--stored`` profile as an A/B of the two
@@ -59,6 +60,7 @@ from pytest_vllm_perf.tools import bisect, sessions, upgrade
 from pytest_vllm_perf.tools.sessions import Step
 
 __all__ = [
+    "INIT_HINT",
     "STORED_MODES",
     "Outcome",
     "Step",
@@ -67,6 +69,7 @@ __all__ = [
     "figures",
     "main",
     "outcome",
+    "own_words",
     "summary",
     "verdict",
 ]
@@ -86,10 +89,30 @@ _STATUS: Final = {
 Outcome = Literal["pass", "fail", "inconclusive"]
 
 STORED_MODES: Final = {
-    "require": "--vllm-require-baseline",
-    "add-boot": "--vllm-add-boot",
-    "save": "--vllm-save-baseline",
+    "require": ("--vllm-require-baseline",),
+    "add-boot": ("--vllm-add-boot",),
+    "save": ("--vllm-save-baseline",),
+    # a store that can gate: a save, then one more boot (a gate needs two to learn its drift)
+    "init": ("--vllm-save-baseline", "--vllm-add-boot"),
 }
+# the plugin's flags that a hint may name, as a prgate user gives them
+_OWN_WORDS: Final = {
+    "--vllm-add-boot": "--stored-mode add-boot",
+    "--vllm-save-baseline": "--stored-mode save",
+    "--vllm-require-baseline": "--stored-mode require",
+}
+INIT_HINT: Final = (
+    "no stored baseline yet: run once with --no-ab --stored-mode init (a save and one "
+    "more boot) and commit .vllm-perf/"
+)
+
+
+def own_words(text: str) -> str:
+    """A session's hint in prgate's own options (``--stored-mode add-boot``, not the
+    plugin's ``--vllm-add-boot``)."""
+    for flag, own in _OWN_WORDS.items():
+        text = text.replace(flag, own)
+    return text
 
 
 def changed_profiles(base: str, profiles_dir: Path) -> list[str]:
@@ -131,7 +154,7 @@ def verdict(steps: Sequence[Step]) -> str:
     failed = [s for s in ran if s.status and s.status != INCONCLUSIVE_EXIT]
     parts = [
         f"{s.name} {_STATUS.get(s.status or 0, f'exit {s.status}')}"
-        + (f" ({s.note})" if s.note and s.note != sessions.INTERRUPTED else "")
+        + (f" ({own_words(s.note)})" if s.note and s.note != sessions.INTERRUPTED else "")
         for s in ran
     ]
     parts += [f"{s.name} skipped ({s.note})" for s in steps if s.status is None]
@@ -143,7 +166,7 @@ def verdict(steps: Sequence[Step]) -> str:
     ]
     if any(s.name == "stored" and "(no baseline)" in s.note for s in ran):
         # the first gate of a repository: nothing has saved a baseline yet
-        parts.append("no stored baseline yet: run once with --stored-mode save and commit it")
+        parts.append(INIT_HINT)
     head = outcome(steps).upper()
     if not ran:
         parts.append("nothing ran")
@@ -194,7 +217,8 @@ def summary(steps: Sequence[Step], gpus: int, base: str) -> str:
     ]
     for s in steps:
         status = "skipped" if s.status is None else str(s.status)
-        lines.append(f"| {s.name} | {status} | {s.wall_s / 60:.1f} | {s.note or '-'} |")
+        note = own_words(s.note) or "-"
+        lines.append(f"| {s.name} | {status} | {s.wall_s / 60:.1f} | {note} |")
     for s in steps:
         if s.status is None:
             continue
@@ -221,7 +245,8 @@ def _parser() -> argparse.ArgumentParser:
         "--stored-mode",
         choices=sorted(STORED_MODES),
         default="require",
-        help="require: gate on the stored baselines; add-boot, save: write them",
+        help="require: gate on the stored baselines; add-boot, save: write them; init: "
+        "save, then add one boot, so that the store can gate (commit .vllm-perf/ after)",
     )
     parser.add_argument("--no-ab", action="store_true", help="skip the A/B step")
     parser.add_argument(
@@ -307,10 +332,11 @@ def _planned(
         up = [*head, f"--vllm-ab-run-alpha={share:g}"]
         planned.append(("upgrade", lambda: _upgrade(bumped, args, up, reports)))
     if args.stored:
-        mode = STORED_MODES[args.stored_mode]
-        stored = [*head, f"--vllm-stored-run-alpha={share:g}", *args.pytest_args]
-        stored += [f"--vllm-profile={args.stored}", mode, *reports("stored")]
-        planned.append(("stored", functools.partial(sessions.run, "stored", stored, args.out)))
+        for i, mode in enumerate(STORED_MODES[args.stored_mode]):
+            name = "stored" if not i else "stored-boot-2"
+            stored = [*head, f"--vllm-stored-run-alpha={share:g}", *args.pytest_args]
+            stored += [f"--vllm-profile={args.stored}", mode, *reports(name)]
+            planned.append((name, functools.partial(sessions.run, name, stored, args.out)))
     return planned
 
 

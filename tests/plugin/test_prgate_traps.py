@@ -54,8 +54,44 @@ def test_the_first_gate_without_baselines_names_the_missing_one_on_its_last_line
     last = done.stdout.strip().splitlines()[-1]
     head = "[prgate] FAIL: stored usage error or a baseline that cannot gate ("
     assert last.startswith(head), last
-    assert "--vllm-require-baseline (no baseline): no baseline at" in last, last
-    assert "--stored-mode save" in last, last
+    assert "--stored-mode require (no baseline): no baseline at" in last, last
+    assert "--stored-mode init" in last, last
+
+
+def test_the_baseline_advice_followed_literally_leads_to_a_gate(project, fake_vllm):
+    """From an empty repository: the first gate fails naming the missing baseline and
+    the one command that makes a store that can gate; that command run as printed,
+    its baselines committed, the next gate passes, and no hint names a pytest flag
+    where prgate has its own. The advice was "--stored-mode save", after which the
+    next gate failed again with one boot and "add a boot (--vllm-add-boot)". Seen
+    failing with ``init`` as a plain save (the third gate: exit 4, one boot)."""
+    commit_all(project.path)
+    url = (f"--vllm-url={fake_vllm.url}", "-p", "no:cacheprovider")
+
+    def gate(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            prgate("--stored", "p", *args, "--", *url),
+            cwd=project.path, env=env(), capture_output=True, text=True, timeout=600,
+            check=False,
+        )  # fmt: skip
+
+    first = gate()
+    assert first.returncode == 4, first.stdout + first.stderr
+    last = first.stdout.strip().splitlines()[-1]
+    assert "--vllm-" not in last.split("no stored baseline yet", 1)[1], last
+    advice = last.split("run once with ", 1)[1].split(" (", 1)[0].split()
+    assert advice == ["--no-ab", "--stored-mode", "init"], last
+    made = gate(*advice)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert made.stdout.strip().splitlines()[-1].startswith("[prgate] PASS"), made.stdout
+    subprocess.run(["git", "add", "-A", ".vllm-perf"], cwd=project.path, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "baselines"],
+        cwd=project.path, check=True,
+    )  # fmt: skip
+    third = gate()
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert third.stdout.strip().splitlines()[-1].startswith("[prgate] PASS: stored passed")
 
 
 def test_ctrl_c_ends_the_gate_with_a_summary_and_no_traceback(project, fake_vllm):

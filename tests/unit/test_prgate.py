@@ -180,3 +180,17 @@ def test_revision_folders_are_removed(tmp_path, monkeypatch):
     git(tmp_path / "repo", "commit", "-qm", "base")
     assert prgate.changed_profiles("HEAD", folder) == []
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_every_hint_of_a_step_names_prgates_own_options():
+    """A stored step's hint named the plugin's flag (``--vllm-add-boot``) where a
+    prgate user gives ``--stored-mode add-boot``. Broken on purpose (the note shown as
+    the session wrote it), the line names ``--vllm-add-boot``."""
+    from pytest_vllm_perf.verdict import eligibility
+
+    note = f"t.py::test[p]: --vllm-require-baseline (one boot): b.json: {eligibility.ONE_BOOT_NOTE}"
+    stored = prgate.Step("stored", ("python",), 4, 1.0, "", note)
+    skipped = prgate.Step("ab", (), None, 0.0, "", "no profile changed since HEAD")
+    for text in (prgate.verdict([skipped, stored]), prgate.summary([skipped, stored], 0, "HEAD")):
+        assert "--vllm-" not in text.replace("`", ""), text
+        assert "add a boot (--stored-mode add-boot)" in text, text
