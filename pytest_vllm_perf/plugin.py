@@ -269,11 +269,30 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         report = document.to_json(outcomes, perf.run_record())  # the controller reads it typed
         config.workeroutput[state.WORKER_OUTPUT] = json.dumps(report, default=str)  # type: ignore[attr-defined]
     elif perf.settings.inconclusive == "exit":
-        undecided = [o.gate.summary() for o in outcomes if o.gate is not None] + [
-            r.verdict for _, doc in perf.worker_reports for r in doc.results
+        undecided = [
+            f"{o.test_id}[{o.profile}]"
+            for o in outcomes
+            if o.gate is not None and o.gate.summary() == "inconclusive"
+        ] + [
+            f"{r.test}[{r.profile}]"
+            for _, doc in perf.worker_reports
+            for r in doc.results
+            if r.verdict == "inconclusive"
         ]
-        if session.exitstatus == pytest.ExitCode.OK and "inconclusive" in undecided:
+        if session.exitstatus == pytest.ExitCode.OK and undecided:
             session.exitstatus = options.INCONCLUSIVE_EXIT
+            perf.exit_note = exit_six_line(undecided)
+
+
+def exit_six_line(undecided: list[str]) -> str:
+    """Why the run exits 6 although every test passed: pytest's "N passed" alone says
+    nothing of it."""
+    more = f" and {len(undecided) - 3} more" if len(undecided) > 3 else ""
+    shown = ", ".join(undecided[:3]) + more
+    return (
+        f"vLLM perf exit {options.INCONCLUSIVE_EXIT}: {len(undecided)} gated verdict(s) "
+        f"undecided at the pair budget under --vllm-inconclusive=exit ({shown})"
+    )
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it
@@ -306,6 +325,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     perf = config.stash.get(state.SESSION, None)
     if perf is None:
         return
+    _summary(terminalreporter, perf)
+    if perf.exit_note:  # last: the reason for the exit status
+        terminalreporter.write_line(perf.exit_note, bold=True, yellow=True)
+
+
+def _summary(terminalreporter: Any, perf: state.PerfSession) -> None:
     if perf.worker_reports:
         perf.merged_summary(terminalreporter)
         return

@@ -44,6 +44,7 @@ class PerfSession:
         self.worker_reports: list[tuple[str, Report]] = []
         self.started = time.monotonic()
         self.relay: relay.Relay | None = None
+        self.exit_note = ""  # why the run's exit status is not pytest's own (exit 6)
 
     @classmethod
     def start(cls, config: pytest.Config) -> PerfSession:

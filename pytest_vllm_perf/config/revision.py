@@ -87,7 +87,8 @@ class Revision:
 def resolve(rev: str, user_dir: Path, into: Path | None = None) -> Revision:
     """The revision ``rev`` of the git repository holding ``user_dir`` (or its nearest
     existing parent), with its profile folders copied under ``into`` (by default a new
-    temporary folder, removed when the process exits); ProfileError naming the revision when git cannot read it."""
+    temporary folder, removed when the process exits); ProfileError naming the
+    revision when git cannot read it."""
     start = user_dir
     while not start.is_dir():
         start = start.parent

@@ -118,6 +118,13 @@ def test_an_undecided_run_exits_with_its_own_status_when_asked(project, fake_vll
     told = run("--vllm-inconclusive=exit")
     told.assert_outcomes(passed=1)
     assert told.ret == INCONCLUSIVE_EXIT == 6
+    # and it says why, at the end (it ended "PASS ... 1 passed" and exited 6 with no
+    # line saying so; seen failing with the line not written)
+    told.stdout.fnmatch_lines(
+        ["vLLM perf exit 6: 1 gated verdict(s) undecided at the pair budget under "
+         "--vllm-inconclusive=exit (*test_perf[[]p[]])"]
+    )  # fmt: skip
+    assert "vLLM perf exit 6" not in quiet.stdout.str()
 
 
 def test_ab_mode_usage_errors(project, fake_vllm, monkeypatch):

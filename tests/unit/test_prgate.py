@@ -137,9 +137,7 @@ def test_an_undecided_step_makes_the_gate_inconclusive_not_failed():
     assert prgate.figures([ok, undecided], 0)["outcome"] == "inconclusive"
 
 
-def test_shipped_profiles_inside_the_repository_are_read_from_the_package(
-    tmp_path, monkeypatch
-):
+def test_shipped_profiles_inside_the_repository_are_read_from_the_package(tmp_path, monkeypatch):
     """The usual layout: the plugin installed into a gitignored ``.venv`` inside the
     project, so the shipped profiles' folder lies under the repository's top level but
     no revision holds it. Only the user's changed profile is changed, and a profile that
