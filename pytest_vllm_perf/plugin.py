@@ -67,9 +67,16 @@ def _on_sigterm(signum: int, frame: object) -> None:
     is the one exception pytest ends the session on. make, timeout and CI runners
     often send TERM to a whole process group, so a second TERM can arrive while the
     teardown runs; raised inside it, it would cut the teardown short and leave the
-    server running. Further TERMs are ignored."""
+    server running. Further TERMs are ignored. During the load, Ctrl-C's own handler
+    takes it from there: asyncio's runner cancels its task, where a KeyboardInterrupt
+    raised inside the client's tasks was printed at exit as "Task exception was never
+    retrieved" with its traceback (``prgate`` ends its sessions with SIGTERM)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     server.stop_all()
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signal.SIGINT, frame)  # type: ignore[arg-type]
+        return
     raise KeyboardInterrupt(f"signal {signum}")
 
 

@@ -31,6 +31,7 @@ time times the GPUs the job may use (nvidia-smi's, as ``CUDA_VISIBLE_DEVICES`` m
 them). ``OUT/gate.json`` holds the same figures. The exit status is the first failing
 step's pytest status (1: a test failed, 4: a baseline cannot gate), else 6 where a
 step passed with a gated verdict undecided (``-- --vllm-inconclusive=exit``), else 0.
+Its own usage errors exit 4, as the plugin's do; 2 is always "interrupted".
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ _STATUS: Final = {
     5: "no tests collected",
     6: "passed, a gated verdict undecided (--vllm-inconclusive=exit)",
 }
+
+USAGE_ERROR: Final = int(pytest.ExitCode.USAGE_ERROR)  # the plugin's: 2 is "interrupted"
 
 # the gate's outcome, as a CI reads it (``OUT/gate.json``'s "outcome", the Action's output)
 Outcome = Literal["pass", "fail", "inconclusive"]
@@ -277,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)
-    args = parser.parse_args(argv[:split])
+    try:
+        args = parser.parse_args(argv[:split])
+    except SystemExit as exc:  # argparse's usage error is 2, pytest's "interrupted"
+        return USAGE_ERROR if exc.code == 2 else int(exc.code or 0)
     args.pytest_args = argv[split + 1 :]
     args.out.mkdir(parents=True, exist_ok=True)
     try:
@@ -290,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         bumped = upgrade.find(args.base, [f for f in args.pin_files.split(",") if f])
     except ProfileError as exc:
         print(f"prgate: {exc}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
     steps = _run_steps(_planned(args, changed, bumped))
     gpus = hardware.gpu_count()
     text = summary(steps, gpus, args.base)

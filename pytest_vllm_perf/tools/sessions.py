@@ -35,10 +35,13 @@ class Step:
 
 def run(name: str, argv: list[str], out: Path) -> Step:
     """One pytest session, its stderr passed through and its usage errors kept (a
-    missing baseline is named in the verdict line, not only 200 lines above it). On
-    Ctrl-C or SIGTERM the session gets SIGINT (if the terminal's did not reach it) and
-    up to ``GRACE_S`` to stop its servers and write its report; the step is then
-    marked interrupted and no further step starts."""
+    missing baseline is named in the verdict line, not only 200 lines above it). The
+    session runs in a process group of its own, so a terminal's Ctrl-C reaches this
+    gate alone: a session still importing its plugins answered the terminal's SIGINT
+    with Python's traceback and exit -2. On Ctrl-C or SIGTERM the session gets SIGTERM,
+    which ends it quietly before the plugin is configured and afterwards stops its
+    servers and writes its report (``plugin._on_sigterm``), within ``GRACE_S``; the
+    step is then marked interrupted (status 2) and no further step starts."""
     report = out / f"{name}.md"
     started = time.monotonic()
     print(f"[prgate] {name}: {' '.join(argv)}", flush=True)
@@ -46,14 +49,17 @@ def run(name: str, argv: list[str], out: Path) -> Step:
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
     errors: list[str] = []
     note = ""
-    with subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True) as proc:  # noqa: S603
+    with subprocess.Popen(  # noqa: S603 - the gate's own argv, no shell
+        argv, env=env, stderr=subprocess.PIPE, text=True, process_group=0
+    ) as proc:
         copier = threading.Thread(target=relay, args=(proc, errors), daemon=True)
         copier.start()
         try:
             status = proc.wait()
         except KeyboardInterrupt:
             note = INTERRUPTED
-            status = stop(proc)
+            stop(proc)
+            status = 2  # pytest's "interrupted", whatever the signal made of the session
         copier.join(timeout=5)
     wall = time.monotonic() - started
     print(f"[prgate] {name}: exit {status} after {wall / 60:.1f} min", flush=True)
@@ -77,15 +83,14 @@ def relay(proc: subprocess.Popen[str], errors: list[str]) -> None:
 
 
 def stop(proc: subprocess.Popen[str]) -> int:
+    """End a session: SIGTERM, then SIGKILL to its process group after ``GRACE_S``."""
     with contextlib.suppress(ProcessLookupError):
-        if proc.poll() is None:
-            time.sleep(0.5)  # the terminal's Ctrl-C reaches the whole process group
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)  # the plugin stops its servers on it
     try:
         return proc.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:
-        proc.terminate()  # its own SIGTERM handler stops its servers too
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         return proc.wait()
 
 

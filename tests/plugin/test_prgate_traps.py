@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.real_engine import sigint_restored
 from tests.scratch_git import commit_all
 
@@ -94,12 +96,21 @@ def test_the_baseline_advice_followed_literally_leads_to_a_gate(project, fake_vl
     assert third.stdout.strip().splitlines()[-1].startswith("[prgate] PASS: stored passed")
 
 
-def test_ctrl_c_ends_the_gate_with_a_summary_and_no_traceback(project, fake_vllm):
+@pytest.mark.parametrize(
+    ("moment", "group"),
+    [("measuring", False), ("measuring", True), ("starting", True)],
+    ids=["measuring-gate-alone", "measuring-terminal", "starting-terminal"],
+)
+def test_ctrl_c_ends_the_gate_with_a_summary_and_no_traceback(project, fake_vllm, moment, group):
     """Ctrl-C printed a Python traceback and wrote no summary. SIGINT to prgate alone
-    (as a CI's cancel reaches only the job's process): the session is interrupted in
-    turn, the summary is written, the last line says FAIL with the step interrupted.
-    Seen failing with prgate's KeyboardInterrupt handling removed from the step (the
-    session, not signalled, ran on to its end)."""
+    (as a CI's cancel reaches only the job's process), or to its whole process group
+    as a terminal's Ctrl-C does, once the session measures or while it still starts:
+    the session is interrupted in turn, the summary is written, the gate exits 2 and
+    its last line says FAIL with the step interrupted. Seen failing with prgate's
+    KeyboardInterrupt handling removed from the step (the session, not signalled, ran
+    on to its end), and, for the terminal's Ctrl-C while the session started, with
+    the session in prgate's process group (exit 254, the session's traceback, "stored
+    exit -2")."""
     commit_all(project.path)
     args = (
         "--stored",
@@ -112,6 +123,7 @@ def test_ctrl_c_ends_the_gate_with_a_summary_and_no_traceback(project, fake_vllm
         "-p",
         "no:cacheprovider",
     )
+    wait_for = "[vllm-perf] --vllm-url: measuring" if moment == "measuring" else "[prgate] stored:"
     with subprocess.Popen(
         prgate(*args),
         cwd=project.path,
@@ -120,6 +132,7 @@ def test_ctrl_c_ends_the_gate_with_a_summary_and_no_traceback(project, fake_vllm
         stderr=subprocess.STDOUT,
         text=True,
         preexec_fn=sigint_restored,
+        start_new_session=True,
     ) as proc:
         assert proc.stdout is not None
         seen = []
@@ -128,16 +141,21 @@ def test_ctrl_c_ends_the_gate_with_a_summary_and_no_traceback(project, fake_vllm
         # run), where Ctrl-C is Python's traceback, not the session's
         for line in proc.stdout:
             seen.append(line)
-            if "[vllm-perf] --vllm-url: measuring" in line:
+            if wait_for in line:
                 break
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5 if moment == "measuring" else 0.2)
+        if group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=120)
     log = "".join(seen) + rest
     assert proc.returncode == 2, log
     assert "Traceback" not in log, log
     # the session itself was interrupted (not left to run its 200 passes to the end)
-    assert "KeyboardInterrupt" in log and " passed" not in log, log
+    assert " passed" not in log, log
+    if moment == "measuring":
+        assert "KeyboardInterrupt" in log, log
     assert (
         log.strip().splitlines()[-1] == "[prgate] FAIL: stored interrupted; ab skipped "
         "(no profile changed since HEAD)"

@@ -192,3 +192,17 @@ def test_every_hint_of_a_step_names_prgates_own_options():
     for text in (prgate.verdict([skipped, stored]), prgate.summary([skipped, stored], 0, "HEAD")):
         assert "--vllm-" not in text.replace("`", ""), text
         assert "add a boot (--stored-mode add-boot)" in text, text
+
+
+def test_prgate_usage_errors_exit_4_as_the_plugins_do(tmp_path, capsys):
+    """prgate's own usage errors exited 2, which the plugin and the gate's summary read
+    as "interrupted". Broken on purpose (argparse's status left as it is), exit 2."""
+    assert prgate.main(["--stored-mode", "nosuch", "--base", "HEAD"]) == 4
+    assert prgate.main([]) == 4  # --base is required
+    assert "--base" in capsys.readouterr().err
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    git(tmp_path, "init", "-q")
+    out = ["--out", str(tmp_path / "out"), "--profiles-dir", str(folder)]
+    assert prgate.main(["--base", "no-such-rev", "--stored", "", *out]) == 4
+    assert "not a commit" in capsys.readouterr().err
