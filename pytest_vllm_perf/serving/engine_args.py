@@ -53,7 +53,8 @@ def memo_dir() -> Path:
 
 
 def _key(spec: ServerSpec) -> str:
-    body = json.dumps([spec.python, list(spec.launcher), list(spec.engine_argv)])
+    # 2: flags spelt out in full (abbreviations refused since): older memos are stale
+    body = json.dumps([2, spec.python, list(spec.launcher), list(spec.engine_argv)])
     return hashlib.sha256(body.encode()).hexdigest()[:24]
 
 

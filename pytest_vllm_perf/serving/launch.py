@@ -93,7 +93,11 @@ def _serve_parser() -> tuple[Any, dict[str, Any]]:
     subparsers = parser.add_subparsers(required=True, dest="subparser")
     commands = {cmd.name: cmd for cmd in serve_cli.cmd_init()}
     for cmd in commands.values():
-        cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
+        sub = cmd.subparser_init(subparsers)
+        sub.set_defaults(dispatch_function=cmd.cmd)
+        # argparse takes a prefix of a flag as the flag: a profile's typo ``max_num_seq``
+        # booted as --max-num-seqs; a flag is spelt out in full or refused
+        sub.allow_abbrev = False
     return parser, commands
 
 

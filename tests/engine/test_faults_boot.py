@@ -36,17 +36,25 @@ def test_slow(vllm_perf):
 def test_engine_values_vllm_rejects_stop_the_run_before_any_boot(perf_project):
     """vLLM's own parser, in the interpreter that would serve, judges each profile a
     selected test boots, the A/B base side's too (seen failing with the check removed
-    from the plugin: the run booted, then errored)."""
+    from the plugin: the run booted, then errored). A key that is only a prefix of a
+    flag (``max_num_seq``) is refused too: argparse took it for ``--max-num-seqs`` and
+    the profile booted (seen failing with abbreviations allowed)."""
     require_engine()
     (perf_project.path / "profiles" / "bad.yaml").write_text("engine: {max_num_seqs: four}\n")
+    (perf_project.path / "profiles" / "typo.yaml").write_text("engine: {max_num_seq: 1}\n")
     perf_project.makepyfile(test_slow=SLOW)
-    for side in (["--vllm-profile=bad"], ["--vllm-profile=default", "--vllm-ab=bad"]):
+    for side in (["--vllm-profile=bad,typo"], ["--vllm-profile=default", "--vllm-ab=bad"]):
         result = perf_project.runpytest_subprocess(*side, "-p", "no:cacheprovider")
         assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
         result.stderr.fnmatch_lines(
             ["*profiles/bad.yaml: engine.max_num_seqs: vLLM's argument parser: "
              "argument --max-num-seqs: invalid int value: 'four'"]
         )  # fmt: skip
+        if "--vllm-profile=bad,typo" in side:  # one check of both profiles' lines
+            result.stderr.fnmatch_lines(
+                ["*profiles/typo.yaml: engine.max_num_seq: vLLM's argument parser: "
+                 "unrecognized arguments: --max-num-seq 1"]
+            )  # fmt: skip
         assert "booting vLLM" not in result.stdout.str()
         # said before the parser's vLLM import (silent for 83 s once)
         assert "engine settings with vLLM's own parser before any boot" in result.stdout.str()
