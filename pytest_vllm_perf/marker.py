@@ -14,7 +14,7 @@ import pytest
 
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core import trace
-from pytest_vllm_perf.core.errors import VllmPerfError
+from pytest_vllm_perf.core.errors import VllmPerfError, WorkloadError
 from pytest_vllm_perf.core.records import GateStatus
 from pytest_vllm_perf.core.registry import threshold_target, validate_tolerances
 from pytest_vllm_perf.core.workload import Workload, pass_count
@@ -87,7 +87,17 @@ def workload_of(node: pytest.Item, marker: Mapping[str, Any]) -> Workload:
             base = workloads.named(spec)
     else:
         base = spec
-    return _with_traces(base.override(overrides), Path(node.path).parent)
+    try:
+        changed = base.override(overrides)
+    except WorkloadError:
+        for key in overrides:  # ``treshold=``: a marker keyword's typo, not a workload field
+            close = difflib.get_close_matches(key, sorted(MARKER_KEYS), n=1, cutoff=0.8)
+            if close:
+                raise VllmPerfError(
+                    f"unknown keyword {key!r} (did you mean {close[0]!r}?)"
+                ) from None
+        raise
+    return _with_traces(changed, Path(node.path).parent)
 
 
 def _with_traces(workload: Workload, folder: Path) -> Workload:

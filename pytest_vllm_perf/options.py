@@ -30,6 +30,7 @@ __all__ = [
     "add_options",
     "repeat_count",
     "unwritable",
+    "unwritable_file",
 ]
 
 Converter = Callable[[str, str], Any]
@@ -93,8 +94,8 @@ def shard(value: str, source: str) -> tuple[int, int] | None:
 
 
 def unwritable(folder: Path) -> str:
-    """Why baselines cannot be written under ``folder`` (its nearest existing ancestor
-    is a file, or not writable), or "" when they can."""
+    """Why files cannot be written under ``folder`` (its nearest existing ancestor is a
+    file, or not writable), or "" when they can."""
     found = folder.absolute()
     while not found.exists() and found != found.parent:
         found = found.parent
@@ -103,6 +104,13 @@ def unwritable(folder: Path) -> str:
     if not os.access(found, os.W_OK | os.X_OK):
         return f"{found} is not writable"
     return ""
+
+
+def unwritable_file(path: Path) -> str:
+    """Why a report cannot be written to ``path``, or ""."""
+    if path.is_dir():
+        return f"{path} is a folder"
+    return unwritable(path.parent)
 
 
 def whole_number(value: str, source: str) -> int:

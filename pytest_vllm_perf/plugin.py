@@ -323,8 +323,8 @@ def _pictures(outcomes: list[Outcome], settings: Settings, terminal: Any) -> lis
     try:
         return plots.write(outcomes, folder)
     except PlotsUnavailable as exc:
-        if settings.plots_dir:
-            terminal.write_line(f"vLLM perf plots not written: {exc}", red=True)
+        where = "written" if settings.plots_dir else "on the HTML page"
+        terminal.write_line(f"vLLM perf plots not {where}: {exc}", red=bool(settings.plots_dir))
         return []
 
 

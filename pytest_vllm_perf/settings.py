@@ -22,7 +22,7 @@ from pytest_vllm_perf.config.profiles import load as read_profile
 from pytest_vllm_perf.core.errors import ProfileError, ThresholdError
 from pytest_vllm_perf.core.records import ABMode, Platform
 from pytest_vllm_perf.core.registry import validate_tolerances
-from pytest_vllm_perf.options import OPTIONS, ROOT_RELATIVE, unwritable
+from pytest_vllm_perf.options import OPTIONS, ROOT_RELATIVE, unwritable, unwritable_file
 from pytest_vllm_perf.report.formats import FORMATS
 from pytest_vllm_perf.verdict.compare import STORED_ALPHA
 from pytest_vllm_perf.verdict.gate import SaveMode
@@ -225,6 +225,7 @@ class Settings:
             raise pytest.UsageError(
                 f"{source}: cannot write baselines to {settings.baseline_dir}: {why}"
             )
+        _check_outputs(config, settings)
         _check_extras(config, settings)
         raw_dir, dir_source = _raw(config, "vllm_profiles_dir")
         named = config.getoption("vllm_profiles_dir") is not None or raw_dir != "profiles"
@@ -286,6 +287,17 @@ def _values(config: pytest.Config) -> dict[str, Any]:
     return values
 
 
+def _check_outputs(config: pytest.Config, settings: Settings) -> None:
+    """Every report file and the plots folder writable, found before any boot: an
+    unwritable --vllm-json was a traceback after the whole run."""
+    for name, path in settings.report_paths.items():
+        if path is not None and (why := unwritable_file(path)):
+            raise pytest.UsageError(f"{_raw(config, name)[1]}: cannot write {path}: {why}")
+    if settings.plots_dir is not None and (why := unwritable(settings.plots_dir)):
+        source = _raw(config, "vllm_plots")[1]
+        raise pytest.UsageError(f"{source}: cannot write plots to {settings.plots_dir}: {why}")
+
+
 def _check_extras(config: pytest.Config, settings: Settings) -> None:
     """What would otherwise be found only after the boots and the run: plots without
     matplotlib (reported after the run, with exit 0) and a model folder that is not
@@ -294,7 +306,8 @@ def _check_extras(config: pytest.Config, settings: Settings) -> None:
     if settings.plots_dir is not None and importlib.util.find_spec("matplotlib") is None:
         source = _raw(config, "vllm_plots")[1]
         raise pytest.UsageError(
-            f"{source}: needs matplotlib: pip install 'pytest-vllm-perf[plots]'"
+            f"{source}: needs matplotlib: pip install matplotlib (into this environment; "
+            "the plugin's extras are not on an index)"
         )
     model = settings.model
     if model and model.startswith(("/", "./", "../", "~")):

@@ -157,8 +157,11 @@ def _listing(folders: tuple[Path, ...]) -> str:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     raw = yamlfile.load(path, ProfileError, "the profile")
-    if raw is None:
-        return {}
+    if raw is None or raw == {}:  # an empty file ran as vLLM's defaults, unsaid
+        raise ProfileError(
+            f"{path}: an empty profile; give it a key ('extends: default' for vLLM's "
+            "defaults, or a description)"
+        )
     if not isinstance(raw, dict):
         raise ProfileError(f"{path}: a profile is a mapping, got {type(raw).__name__}")
     unknown = sorted(set(raw) - PROFILE_KEYS)

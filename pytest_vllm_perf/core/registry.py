@@ -341,7 +341,8 @@ def tolerance_for(key: str, tolerances: Mapping[str, float]) -> float | None:
 
 
 def validate_tolerances(tolerances: Mapping[str, float]) -> None:
-    """ThresholdError for a key that names no comparable metric or a negative tolerance."""
+    """ThresholdError for a key that names no comparable metric, or a tolerance that is
+    no fraction between 0 and 1."""
     for key, value in tolerances.items():
         found = metric(key)
         if found.tolerance is None:
@@ -349,5 +350,12 @@ def validate_tolerances(tolerances: Mapping[str, float]) -> None:
             raise ThresholdError(
                 f"tolerance {key!r}: not a compared metric; compared: {comparable}"
             )
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ThresholdError(f"tolerance {key!r}: expected a number, got {value!r}")
         if not value >= 0:
             raise ThresholdError(f"tolerance {key!r}: expected a fraction >= 0, got {value!r}")
+        if value > 1:  # ``itl_p99_ms: 15`` meant 15%, and accepted it gated nothing
+            raise ThresholdError(
+                f"tolerance {key!r}: expected a fraction of the baseline (0.15 for 15%), "
+                f"at most 1, got {value!r}"
+            )

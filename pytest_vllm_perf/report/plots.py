@@ -1,4 +1,4 @@
-"""PNG plots of outcomes (matplotlib is an optional extra: ``pip install pytest-vllm-perf[plots]``).
+"""PNG plots of outcomes (matplotlib is optional: ``pip install matplotlib``).
 
 Per test: TTFT and ITL CDFs with one line per profile, a timeline of request
 latencies, and the server's KV usage and waiting queue sampled during the run.
@@ -27,7 +27,7 @@ def _pyplot() -> Any:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise PlotsUnavailable(
-            "--vllm-plots needs matplotlib: pip install 'pytest-vllm-perf[plots]'"
+            "needs matplotlib: pip install matplotlib (into this environment)"
         ) from exc
     return plt
 

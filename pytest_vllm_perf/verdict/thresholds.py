@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pytest_vllm_perf.core.errors import ThresholdError
 from pytest_vllm_perf.core.records import Check
 from pytest_vllm_perf.core.registry import threshold_target
 
@@ -17,9 +18,12 @@ __all__ = ["check", "validate"]
 
 
 def validate(thresholds: Mapping[str, float]) -> None:
-    """ThresholdError naming the first key that is no known metric."""
-    for key in thresholds:
+    """ThresholdError naming the first key that is no known metric or whose limit is no
+    number (a marker's ``"250ms"`` was found only after the run, as a traceback)."""
+    for key, limit in thresholds.items():
         threshold_target(key)
+        if isinstance(limit, bool) or not isinstance(limit, int | float):
+            raise ThresholdError(f"threshold {key!r}: expected a number, got {limit!r}")
 
 
 def check(metrics: Mapping[str, float], thresholds: Mapping[str, float]) -> tuple[Check, ...]:
