@@ -123,7 +123,7 @@ class PerfFixture:
         )
         self._collect(outcome)
         self.outcomes.append(outcome)
-        problems = _problems(outcome, self._settings.require_baseline)
+        problems = _problems(outcome, self._settings.require_baseline, self._settings.verbose)
         if problems:
             pytest.fail("\n\n".join(problems), pytrace=False)
         return outcome
@@ -273,7 +273,7 @@ def _reported(action: Callable[[], T]) -> T:
     pytest.fail(message, pytrace=False)
 
 
-def _problems(outcome: Outcome, require_baseline: bool) -> list[str]:
+def _problems(outcome: Outcome, require_baseline: bool, verbose: bool = False) -> list[str]:
     problems = []
     if not outcome.passed:
         message = text.threshold_message(outcome.checks)
@@ -283,7 +283,7 @@ def _problems(outcome: Outcome, require_baseline: bool) -> list[str]:
         problems.append(message)
     result = outcome.gate
     if result and result.regressions:
-        problems.append(text.regression_message(result))
+        problems.append(text.regression_message(result, verbose))
     return problems + _unusable(result, require_baseline)
 
 

@@ -370,6 +370,13 @@ FLAGS: Final = (
         "vllm_gate_other_release",
         "gate on baselines measured with another vLLM release (default: report only)",
     ),
+    (
+        "--vllm-verbose",
+        "vllm_verbose",
+        "verdict lines in full: the test, its p-values against the level, the decision's "
+        "bounds and the tolerance (default: the two values, the ratio, its interval "
+        "and the word; the JSON report has every figure)",
+    ),
 )
 ROOT_RELATIVE: Final = frozenset({"vllm_profiles_dir", "vllm_cache_dir", "vllm_baseline_dir"})
 

@@ -346,7 +346,7 @@ def _summary(terminalreporter: Any, perf: state.PerfSession) -> None:
         return
     report = document.build(outcomes, perf.run_record())
     terminalreporter.section("vLLM perf summary")
-    notes = text.gate_notes(outcomes)
+    notes = text.gate_notes(outcomes, settings.verbose)
     for line in text.summary_lines(report.results) + notes:
         terminalreporter.write_line(line)
     for line in cost.lines(report.results):

@@ -118,6 +118,7 @@ class Settings:
     tolerances: Mapping[str, float] = field(default_factory=dict)
     profile_given: bool = False
     gate_other_release: bool = False
+    verbose: bool = False  # --vllm-verbose: verdict lines in full
     ab_base: str | None = None
     ab_python: str | None = None  # the base side's interpreter (PROFILE@VENV), else this one
     ab_revision: revision.Revision | None = None  # --vllm-ab-rev: profiles at a revision
@@ -210,6 +211,7 @@ class Settings:
             tolerances=_tolerances(config),
             profile_given=_raw(config, "vllm_profile")[0] not in (None, "default"),
             gate_other_release=_flag(config, "vllm_gate_other_release"),
+            verbose=_flag(config, "vllm_verbose"),
             ab_mode=values["vllm_ab_mode"],
             ab_max_pairs=values["vllm_ab_max_pairs"],
             ab_run_alpha=values["vllm_ab_run_alpha"],

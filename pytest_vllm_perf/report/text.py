@@ -100,7 +100,20 @@ def threshold_message(checks: Sequence[Check]) -> str:
     return "\n".join(lines + ["  " + describe_check(c) for c in checks])
 
 
-def describe_verdict(v: MetricVerdict) -> str:
+# a verdict line's default form fits a terminal and a log line (``--vllm-verbose``: all)
+SHORT_LINE: Final = 160
+
+
+def describe_verdict(v: MetricVerdict, verbose: bool = False) -> str:
+    """``METRIC: BASE -> CURRENT (xRATIO, 95% CI xLOW..xHIGH) WORD``; ``verbose`` adds what
+    it was decided over, the tolerance, the p-values against the level and the bounds.
+    The two values are the statistic the ratio compares (``verdict.measured``)."""
+    role = "" if v.gated else " [reported, not gated]"
+    if not verbose:
+        return (
+            f"{v.metric}: {fmt(v.baseline)} -> {fmt(v.current)} "
+            f"(x{v.ratio:.3f}, {interval(v.low, v.high)}) {v.verdict}{role}"
+        )
     over = f" over {v.basis}" if v.basis else ""
     ci = interval(v.low, v.high)
     p = ""
@@ -121,7 +134,6 @@ def describe_verdict(v: MetricVerdict) -> str:
         p = f", p={v.p_value:.3g} beyond it"  # the p of a change beyond the tolerance
         if v.gated and v.p_holm != v.p_value:
             p += f" (Holm {v.p_holm:.3g})"
-    role = "" if v.gated else " [reported, not gated]"
     return (
         f"{v.metric}: {fmt(v.baseline)} -> {fmt(v.current)} "
         f"(x{v.ratio:.3f}, {ci}{over}, tolerance {v.tolerance:.0%}{p}) {v.verdict}{role}"
@@ -148,12 +160,13 @@ def _higher(key: str) -> bool:
     return found is not None and found.higher_is_better
 
 
-def regression_message(gate: GateResult) -> str:
+def regression_message(gate: GateResult, verbose: bool = False) -> str:
     ab = gate.status is GateStatus.AB
     other = "the base side" if ab else "the baseline"
     lines = [f"vLLM perf regression against {gate.path}:"]
     lines += [
-        ("  >> " if v in gate.regressions else "     ") + describe_verdict(v) for v in gate.verdicts
+        ("  >> " if v in gate.regressions else "     ") + describe_verdict(v, verbose)
+        for v in gate.verdicts
     ]
     lines.append(
         f"  differs from {other}:"
@@ -253,7 +266,7 @@ def _client_lag_line(o: Outcome) -> str:
     )
 
 
-def gate_notes(outcomes: Sequence[Outcome]) -> list[str]:
+def gate_notes(outcomes: Sequence[Outcome], verbose: bool = False) -> list[str]:
     """What a reader must know: saves, missing baselines, overloads, unsettled verdicts."""
     lines = []
     for o in outcomes:
@@ -276,5 +289,5 @@ def gate_notes(outcomes: Sequence[Outcome]) -> list[str]:
             # every gated metric, whatever its verdict: a gated ``unchanged`` left out
             # read as a metric never judged (a decode rerun printed no itl_p50_ms line)
             if v.gated or v.verdict is not Verdict.UNCHANGED:
-                lines.append(f"  {where} {describe_verdict(v)}")
+                lines.append(f"  {where} {describe_verdict(v, verbose)}")
     return lines

@@ -60,6 +60,15 @@ def _transform(key: str, values: Floats, pseudo_rate: float) -> Floats:
     return -logs if found.higher_is_better else logs
 
 
+def _back(key: str, logs: Floats, pseudo_rate: float) -> float:
+    """The value whose ``_transform`` is the mean of ``logs``: a side's geometric mean
+    (less the pseudo-rate of a counter)."""
+    found = METRICS[split_key(key)[1]]
+    mean = float(np.mean(logs))
+    value = math.exp(-mean if found.higher_is_better else mean)
+    return value - pseudo_rate if found.statistic == "counter rate" else value
+
+
 def measure(
     key: str,
     base: Sequence[Passes],
@@ -124,7 +133,12 @@ def _measured(
     if np.isinf(base_logs).any() or np.isinf(cur_logs).any():
         return _ranked(sides, base_logs, cur_logs, tolerance, look, drift)
     paired = _pairs(logs, base, cur, cur_logs) if pair else None
-    return _tested(sides, paired or (base_logs, cur_logs), paired is not None, len(base) == 1,
+    b_side, c_side = paired or (base_logs, cur_logs)
+    # each side's value is the statistic the ratio compares (the passes' geometric mean,
+    # over the pairs where paired): with each side's median, an A/A printed
+    # "339.3 -> 269.7 (x1.197" and "5.874 -> 6.48 (x0.998"
+    sides = replace(sides, base=_back(key, b_side, pseudo), current=_back(key, c_side, pseudo))
+    return _tested(sides, (b_side, c_side), paired is not None, len(base) == 1,
                    tolerance, look, drift)  # fmt: skip
 
 

@@ -65,7 +65,7 @@ def test_an_undecided_first_look_adds_pairs_up_to_the_budget(project, fake_vllm,
     project.makeini("[pytest]\nvllm_tolerances =\n    preemptions_per_s=0.001\n")
     result = run_ab(
         project, fake_vllm, monkeypatch, "--vllm-ab=default", "--vllm-ab-max-pairs=4", "-s",
-        repeat=2,
+        "--vllm-verbose", repeat=2,
     )  # fmt: skip
     judged_once(result)
     out = result.stdout.str()

@@ -131,7 +131,7 @@ def test_regression_fails_with_metric_and_profile_diff(project, fake_vllm):
     (project.path / "profiles" / "p.yaml").write_text(
         "extends: default\nengine: {max_num_seqs: 1}\n"
     )
-    result = run(project, fake_vllm)
+    result = run(project, fake_vllm, "--vllm-verbose")  # the lines' basis
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [

@@ -143,7 +143,7 @@ def test_single_pass_schema_1_baseline_is_compared_with_a_warning(project, fake_
     }
     path.write_text(json.dumps(schema_1))
     fake_vllm.delay_s *= SLOWDOWN
-    result = run(project, fake_vllm)
+    result = run(project, fake_vllm, "--vllm-verbose")  # the lines' basis
     # one pass a side: its time-block interval understates run-to-run noise (a
     # simulated A/A with a 3% pass-to-pass shift came out 17% regressed), so it is
     # shown, never gated (a verdict-audit finding)

@@ -41,8 +41,9 @@ def test_add_boot_keeps_earlier_boots_and_the_verdict_says_so(project, fake_vllm
     assert passes_saved(project, fake_vllm, "--vllm-add-boot") == [2]  # none yet: boot 1
     assert passes_saved(project, fake_vllm, "--vllm-add-boot") == [2, 2]
     result = project.runpytest_inprocess(
-        f"--vllm-url={fake_vllm.url}", "--vllm-profile=p", "-p", "no:cacheprovider"
-    )
+        f"--vllm-url={fake_vllm.url}", "--vllm-profile=p", "-p", "no:cacheprovider",
+        "--vllm-verbose",
+    )  # fmt: skip
     result.stdout.fnmatch_lines(
         ["*over 4 vs 2 passes, Welch*2 baseline boots, allowing boot drift*"]
     )

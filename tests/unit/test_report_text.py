@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pytest_vllm_perf.config import workloads
 from pytest_vllm_perf.core.records import Environment, Outcome, PassRecord, Provenance
 from pytest_vllm_perf.core.report import Headline, ResultEntry
@@ -176,3 +178,33 @@ def test_too_few_passes_names_the_side_that_is_short():
     assert note.endswith("re-save the baseline with --vllm-repeat 8 or more"), note
     note = compare.passes_note([passes(8)], passes(1))
     assert note.endswith("run with --vllm-repeat 8 or more"), note
+
+
+def test_every_verdict_line_is_short_and_its_values_agree_with_its_ratio():
+    """Over every compared metric of the registry: the default line is at most
+    ``SHORT_LINE`` characters, and its two values move the way its ratio says. The
+    values were each side's median, the ratio the passes' geometric means: an A/A
+    printed "339.3 -> 269.7 (x1.197". Broken on purpose (the medians shown again), the
+    direction check fails; with the full line as the default, the length check does."""
+    from pytest_vllm_perf.core.registry import METRICS
+    from pytest_vllm_perf.metrics.passes import Passes
+    from pytest_vllm_perf.verdict import compare
+
+    def side(values):
+        metrics = tuple({key: v, "completed": 100.0, "failed": 0.0} for v in values)
+        return Passes(metrics, tuple(range(len(values))), (10.0,) * len(values))
+
+    compared = [k for k, m in METRICS.items() if m.tolerance is not None]
+    assert len(compared) >= 10
+    for key in compared:
+        # the median falls (10 -> 5) while the passes' geometric mean rises (3.98 -> 5)
+        base = side([10.0, 10.0, 10.5, 1.0, 1.0])
+        cur = side([5.0, 5.2, 4.9, 5.1, 5.0])
+        for pair in (False, True):
+            [v] = [x for x in compare.compare([base], cur, [key], {}, gated=[key], pair=pair)
+                   if x.metric == key]  # fmt: skip
+            line = text.describe_verdict(v)
+            assert len(line) <= text.SHORT_LINE, line
+            if math.isfinite(v.ratio) and v.ratio != 1:
+                assert (v.current > v.baseline) == (v.ratio > 1), line
+            assert len(text.describe_verdict(v, verbose=True)) > len(line)
