@@ -55,6 +55,7 @@ from pytest_vllm_perf import options
 from pytest_vllm_perf.config import profiles, revision
 from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import ProfileError, VllmPerfError
+from pytest_vllm_perf.core.report import Report
 from pytest_vllm_perf.options import INCONCLUSIVE_EXIT
 from pytest_vllm_perf.serving import hardware
 from pytest_vllm_perf.tools import bisect, sessions, upgrade
@@ -161,12 +162,7 @@ def verdict(steps: Sequence[Step]) -> str:
         for s in ran
     ]
     parts += [f"{s.name} skipped ({s.note})" for s in steps if s.status is None]
-    regressed = [
-        line.strip()
-        for s in failed
-        for line in s.report_md.splitlines()
-        if line.rstrip().endswith(") regressed") and "::" in line
-    ]
+    regressed = [r for s in failed for r in _regressions(s)]
     if any(s.name == "stored" and "(no baseline)" in s.note for s in ran):
         # the first gate of a repository: nothing has saved a baseline yet
         parts.append(INIT_HINT)
@@ -175,7 +171,7 @@ def verdict(steps: Sequence[Step]) -> str:
         parts.append("nothing ran")
     text = f"{head}: {'; '.join(parts)}"
     if regressed:
-        shown = [_metric_and_ratio(r) for r in regressed[:4]]
+        shown = regressed[:4]
         more = f" and {len(regressed) - 4} more" if len(regressed) > 4 else ""
         text += f"; regressed: {', '.join(shown)}{more}"
     return text
@@ -196,12 +192,21 @@ def exit_status(steps: Sequence[Step]) -> int:
     return next((s for s in statuses if s != INCONCLUSIVE_EXIT), statuses[0] if statuses else 0)
 
 
-def _metric_and_ratio(line: str) -> str:
-    """``itl_p50_ms x1.051`` of ``TEST [PROFILE] itl_p50_ms: a -> b (x1.051, ...``."""
-    rest = line.split("] ", 1)[-1]
-    metric = rest.split(":", 1)[0]
-    ratio = rest.split(" (", 1)[-1].split(",", 1)[0] if " (" in rest else ""
-    return f"{metric} {ratio}".strip()
+def _regressions(step: Step) -> list[str]:
+    """``TEST[PROFILE] METRIC xRATIO`` of each gated regression in the step's JSON report
+    (never its printed text); one that cannot be read names itself."""
+    if not step.report_json:
+        return []
+    try:
+        report = Report.from_json(json.loads(step.report_json), f"{step.name}.json")
+    except (ValueError, VllmPerfError) as exc:
+        return [f"({step.name}.json unreadable: {exc})"]
+    return [
+        f"{r.test.rpartition('::')[2]}[{r.profile}] {v.metric} x{v.ratio:.3f}"
+        for r in report.results
+        if r.baseline is not None
+        for v in r.baseline.regressions
+    ]
 
 
 def summary(steps: Sequence[Step], gpus: int, base: str) -> str:
@@ -404,7 +409,7 @@ def figures(steps: Sequence[Step], gpus: int) -> dict[str, object]:
         "gpus": gpus,
         "wall_min": round(wall / 60, 2),
         "gpu_min": round(wall * gpus / 60, 2),
-        "steps": [{**asdict(s), "report_md": None} for s in steps],
+        "steps": [{**asdict(s), "report_md": None, "report_json": None} for s in steps],
     }
 
 

@@ -31,6 +31,7 @@ class Step:
     wall_s: float
     report_md: str  # the session's --vllm-markdown report ("" if none)
     note: str = ""
+    report_json: str = ""  # the session's --vllm-json report ("" if none): what is read
 
 
 def run(name: str, argv: list[str], out: Path) -> Step:
@@ -64,9 +65,11 @@ def run(name: str, argv: list[str], out: Path) -> Step:
     wall = time.monotonic() - started
     print(f"[prgate] {name}: exit {status} after {wall / 60:.1f} min", flush=True)
     text = report.read_text(encoding="utf-8") if report.is_file() else ""
+    data = report.with_suffix(".json")
+    found = data.read_text(encoding="utf-8") if data.is_file() else ""
     if not note and status == 4 and errors:
         note = errors[0]
-    return Step(name, tuple(argv), status, wall, text, note)
+    return Step(name, tuple(argv), status, wall, text, note, found)
 
 
 GRACE_S: Final = 30.0  # a session stops its servers in under 5 s (bench/ctrl_c_boot.py)

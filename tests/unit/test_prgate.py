@@ -59,12 +59,17 @@ def test_gpu_minutes_count_the_visible_gpus():
 def test_the_gate_ends_with_one_pass_or_fail_line_naming_what_regressed():
     """prgate's last line was pytest's "1 passed" of its last step and the summary had no
     overall verdict. Broken on purpose (PASS whatever the statuses), the first check fails."""
-    report = (Path(__file__).parents[2] / "bench/results/h200/plant/l34/ab.md").read_text()
-    ab = prgate.Step("ab", ("python", "-m", "pytest"), 1, 60.0, report)
+    folder = Path(__file__).parents[2] / "bench/results/h200/plant/l34"
+    report, data = (folder / "ab.md").read_text(), (folder / "ab.json").read_text()
+    ab = prgate.Step("ab", ("python", "-m", "pytest"), 1, 60.0, report, "", data)
     stored = prgate.Step("stored", ("python", "-m", "pytest"), 0, 30.0, "")
     line = prgate.verdict([ab, stored])
     assert line.startswith("FAIL: ab a perf test failed; stored passed"), line
-    assert line.endswith("regressed: itl_p50_ms x1.051"), line  # TPOT, thr: inconclusive
+    # read from the JSON report, with the test's name (the Markdown's lines were
+    # scanned, and two tests' output_throughput read the same); TPOT, thr: inconclusive
+    assert line.endswith("regressed: test_decode[plant] itl_p50_ms x1.051"), line
+    markdown_only = prgate.Step("ab", ("python",), 1, 60.0, report)
+    assert "regressed:" not in prgate.verdict([markdown_only, stored])
     assert "**FAIL: ab a perf test failed" in prgate.summary([ab, stored], 0, "HEAD~1")
     skipped = prgate.Step("ab", (), None, 0.0, "", "no profile changed since HEAD~1")
     assert prgate.verdict([skipped, stored]) == (
