@@ -7,6 +7,7 @@ in; a ``GateResult`` comes out. Nothing here knows about servers or pytest.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -258,8 +259,15 @@ def look_note(look: Look) -> str:
 
 def undecided(result: GateResult) -> list[str]:
     """The gated metrics another look could still decide: the inconclusive ones, also
-    once another regressed, so that a failed test names every metric that moved."""
-    return [v.metric for v in result.verdicts if v.gated and v.verdict is Verdict.INCONCLUSIVE]
+    once another regressed, so that a failed test names every metric that moved. One
+    with no estimate at all (fewer than two passes a side measured it: a class that
+    streamed in bursts) is not among them: an A/B run bought pairs for ITL and TPOT
+    measured in "1 vs 0" passes up to its cap, 9.7 minutes where 4 decided the rest."""
+    return [
+        v.metric
+        for v in result.verdicts
+        if v.gated and v.verdict is Verdict.INCONCLUSIVE and math.isfinite(v.ratio)
+    ]
 
 
 def carry_regressions(earlier: GateResult, now: GateResult) -> GateResult:

@@ -390,3 +390,33 @@ def test_a_new_way_of_taking_turns_is_one_class_that_run_ab_follows(monkeypatch)
     assert seen == {"sequential": True}
     assert outcome.gate is not None
     assert "booted in turn" in outcome.gate.note and "; 3 pairs:" in outcome.gate.note
+
+
+def test_no_pairs_are_bought_for_a_metric_no_pass_measured(monkeypatch):
+    """Both sides streamed in bursts in every pass but the base side's first, so TPOT
+    (gated) is measured in 1 vs 0 passes and has no estimate; TTFT p50, the same on
+    both sides, is decided at the first look. The run stops there: it went on to the
+    budget (16 pairs), each look "undecided (tpot_mean_ms)". Broken on purpose (every
+    inconclusive metric open), all 16 pairs run."""
+    load = Workload(
+        "w", (RequestClass("c", 16, 32, users=1),), gate=("tpot_mean_ms", "ttft_p50_ms")
+    )
+    calls: list[tuple[str, int]] = []
+
+    def fake_measure(handle, workload, repeat, progress, first_index=0, settle=0):
+        k = first_index
+        calls.append((handle.profile, k))
+        measured = handle.profile == "base" and k == 0
+        made = one_pass(k, 1.0 if measured else 0.01, 1.0)  # gaps of 0.1 ms: bursts
+        return assemble(workload, [made], ())
+
+    monkeypatch.setattr(measure_module.ab, "measure", fake_measure)
+    plan = measure_module.Plan.resolve("t", load, 8, "cpu", ab=True, most=16)
+    base = FakeHandle("base", provenance("base", {}))
+    cand = FakeHandle("cand", provenance("cand", {}))
+    outcome = measure_module.run_ab(plan, measure_module.Resident(base, cand), print)
+    verdicts = {v.metric: v for v in outcome.gate.verdicts}
+    assert verdicts["tpot_mean_ms"].verdict is Verdict.INCONCLUSIVE
+    assert verdicts["tpot_mean_ms"].ratio != verdicts["tpot_mean_ms"].ratio  # no estimate
+    assert verdicts["ttft_p50_ms"].verdict is Verdict.UNCHANGED
+    assert len(calls) == 16, calls  # 8 pairs: the first look
