@@ -238,13 +238,19 @@ def _numbers(path: Path, key: str, values: dict[str, Any]) -> dict[str, float]:
 
 
 def engine_settings(
-    profile: Profile, *, platform: str, model_max_len: int | None = None
+    profile: Profile,
+    *,
+    platform: str,
+    model_max_len: int | None = None,
+    native_bf16: bool = True,
 ) -> EngineSettings:
     """The engine arguments for ``platform`` ("cpu" or "cuda"), adapted where they cannot apply.
 
     On the CPU engine GPU-only keys are dropped and ``cpu:`` overrides apply over
-    :data:`CPU_DEFAULTS`. A ``max_model_len`` beyond the model's context is clamped.
-    Every adaptation is returned as a note, so reports show what really ran.
+    :data:`CPU_DEFAULTS`; where the CPU has no native bfloat16 (``native_bf16``
+    False: an embedded model on a CPU without AVX-512 BF16 or AMX) the model runs in
+    float32 unless a ``dtype`` is set. A ``max_model_len`` beyond the model's context
+    is clamped. Every adaptation is returned as a note, so reports show what really ran.
     """
     args: dict[str, EngineValue] = {}
     notes: list[str] = []
@@ -256,6 +262,8 @@ def engine_settings(
             else:
                 args[key] = value
         args.update(profile.cpu)
+        if not native_bf16 and "dtype" not in args:
+            notes.append(_float32(args))
     else:
         args.update(profile.engine)
     wanted = args.get("max_model_len")
@@ -263,6 +271,22 @@ def engine_settings(
         args["max_model_len"] = model_max_len
         notes.append(f"max_model_len {wanted} clamped to {model_max_len}, the model's context")
     return EngineSettings(args, tuple(notes))
+
+
+def _float32(args: dict[str, EngineValue]) -> str:
+    """Float32 in ``args``, the KV cache's bytes doubled where they are the default, so
+    that it holds the same tokens; the note. A bf16 matmul of a decode step's shape took
+    x25-x31 a float32 one on an AVX2-only EPYC (bench/results/cpu/bf16-avx2.txt), and the
+    small preset decoded at about 25 tokens/s there."""
+    args["dtype"] = "float32"
+    note = "dtype float32: this CPU has no native bfloat16 (AVX-512 BF16 or AMX)"
+    default_kv = CPU_DEFAULTS["kv_cache_memory_bytes"]
+    if args.get("kv_cache_memory_bytes") == default_kv and isinstance(default_kv, int):
+        args["kv_cache_memory_bytes"] = 2 * default_kv
+        note += (
+            f"; KV cache {2 * default_kv >> 20} MiB, the tokens of {default_kv >> 20} MiB of bf16"
+        )
+    return note
 
 
 def to_argv(args: Mapping[str, EngineValue]) -> list[str]:

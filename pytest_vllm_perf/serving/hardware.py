@@ -136,6 +136,19 @@ def cpu_model() -> str:
     return _platform.processor() or _platform.machine()
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX); True where
+    its flags cannot be read (not x86 Linux: left as vLLM chooses)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        return True
+    for line in cpuinfo.read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            return bool(flags & {"avx512_bf16", "amx_bf16"})
+    return True
+
+
 def hardware_class(platform: str, share: int = 1) -> str:
     """``2x NVIDIA H200`` or ``cpu: <model>``: what results may be compared across;
     ``share``: how many pytest-xdist workers load the GPU at once (``1x NVIDIA H200,

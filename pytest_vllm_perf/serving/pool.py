@@ -154,8 +154,9 @@ class ServerPool:
         platform = self.config.resolved_platform()
         model, embedded = self.model()
         settings = profiles.engine_settings(
-            profile, platform=platform, model_max_len=models.max_context(model)
-        )
+            profile, platform=platform, model_max_len=models.max_context(model),
+            native_bf16=not embedded or hardware.cpu_has_bf16(),
+        )  # fmt: skip
         args = dict(settings.args)
         notes = settings.notes
         if embedded:

@@ -20,15 +20,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
 from tests.real_engine import require_engine
+from tests.wheel_venv import wheel_venv
 
 pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[2]
@@ -59,42 +57,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv with the wheel installed; the CPU engine comes from this environment."""
     require_engine()
     root = tmp_path_factory.mktemp("installed")
-    src = root / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(REPO / name, src / name)
-    shutil.copytree(
-        REPO / "pytest_vllm_perf", src / "pytest_vllm_perf",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )  # fmt: skip
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(root / "dist"), str(src)],
-        check=True,
-        timeout=300,
-    )
-    [wheel] = (root / "dist").glob("pytest_vllm_perf-*.whl")
-    venv = root / "venv"
-    # uv where make setup installed it (the same install of a wheel in a fraction of
-    # the time: a venv with pip took 7 s of CI's two idle cores, uv's install 0.2 s),
-    # else pip
-    uv = shutil.which("uv", path=str(Path(sys.executable).parent))
-    venv_args = ["--without-pip"] if uv else []
-    subprocess.run([sys.executable, "-m", "venv", *venv_args, str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
-    # Reuse the installed engine: a plain path line, so this environment's .pth files
-    # (the editable install of the repository among them) are not run.
-    Path(purelib, "reuse-engine.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    install = (
-        [uv, "pip", "install", "-q", "--python", str(python)]
-        if uv
-        else [str(python), "-m", "pip", "install", "-q"]
-    )
-    subprocess.run([*install, "--no-deps", "--no-index", str(wheel)], check=True, timeout=300)
+    python = wheel_venv(root, root / "venv")
     project = root / "project"
     project.mkdir()
     (project / "test_text.py").write_text("import pytest\n" + PERF_TEST)

@@ -1,22 +1,25 @@
-"""The pull-request gate on the real engine, in a scratch git repository.
+"""The pull-request gate on the real engine, in a scratch git repository, in the usual
+layout: the plugin's built wheel installed into a gitignored ``.venv`` inside it.
 
 What the GPU workflow runs (``vllm-perf prgate``), run here on the
-CPU engine: a commit that makes the profile worse fails against ``HEAD~1``, naming the
-regressed metric and the changed setting.
+CPU engine: a commit that makes a profile (``extends: default``) worse fails against
+``HEAD~1``, naming the regressed metric and the changed setting; a commit that changes
+no profile passes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.real_engine import require_engine
 from tests.scratch_git import git
+from tests.wheel_venv import wheel_venv
 
 pytestmark = pytest.mark.engine
 
@@ -50,20 +53,23 @@ classes:
   - {name: chat, prompt_tokens: 64, output_tokens: 16, users: 16}
 gate: [server_itl_mean_ms]
 """
-BASE = "engine: {max_model_len: 2048}\n"
-WORSE = "engine: {max_model_len: 2048, hf_overrides: {num_hidden_layers: 32}}\n"
+BASE = "extends: default\nengine: {max_model_len: 2048}\n"
+WORSE = "extends: default\nengine: {max_model_len: 2048, hf_overrides: {num_hidden_layers: 32}}\n"
 
 # one look, at the marker's 6 pairs, with the whole false-alarm budget
 ONE_LOOK = ("--vllm-ab-max-pairs=6",)
 
 
 def _gate(repo: Path, out: str, *args: str) -> tuple[int, str, dict]:
-    gate = [sys.executable, "-m", "pytest_vllm_perf.tools.prgate", "perf", f"--out={out}", *args]
+    python = repo / ".venv" / "bin" / "python"  # the plugin as the project installed it
+    gate = [str(python), "-m", "pytest_vllm_perf.tools.prgate", "perf", f"--out={out}", *args]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # not the checkout
     done = subprocess.run(
         # one look of 6 pairs (ONE_LOOK): an undecided metric would otherwise go on to
         # 16 pairs, more CI time than this test needs
         [*gate, "--", "-p", "no:cacheprovider", f"--vllm-model-preset={PRESET}", *ONE_LOOK],
         cwd=repo,
+        env=env,
         capture_output=True,
         text=True,
         check=False,
@@ -79,7 +85,10 @@ def _gate(repo: Path, out: str, *args: str) -> tuple[int, str, dict]:
 
 def test_pull_request_gate_fails_a_worse_commit(tmp_path):
     """Broken on purpose (``--vllm-ab-rev`` reading the working tree's profile instead
-    of the revision's), the run is an A/A and passes: the exit-1 assertion fails.
+    of the revision's), the run is an A/A and passes: the exit-1 assertion fails. With
+    the shipped profiles read from git at the base (the plugin lives in ``.venv``, which
+    no revision holds), every shipped profile was "changed" and the base had no
+    ``default``: exit 4, ``unknown vLLM profile 'default'``.
 
     An A/A through this script (two more boots, 150 s of CI) is left out for CI's time:
     the A/A false-alarm rate is measured by ``bench/gate_power.py`` on the CPU engine
@@ -94,7 +103,9 @@ def test_pull_request_gate_fails_a_worse_commit(tmp_path):
     (repo / "perf" / "decode_engine.yaml").write_text(WORKLOAD)
     profile = repo / "profiles" / "gate.yaml"
     profile.write_text(BASE)
-    (repo / ".gitignore").write_text(".vllm-perf-cache/\nout*/\n")
+    (repo / ".gitignore").write_text(".vllm-perf-cache/\nout*/\n.venv/\n")
+    python = wheel_venv(tmp_path / "build", repo / ".venv")
+    assert python.parent.parent.parent == repo  # inside the repository's top level
     git(repo, "init", "-q")
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "a serving config")
@@ -112,6 +123,8 @@ def test_pull_request_gate_fails_a_worse_commit(tmp_path):
     )
     print(summary)
     assert status == 1, text
+    assert "unknown vLLM profile" not in text, text
+    assert "[prgate] ab: " + str(python) in text, text  # the project's own venv
     # both sides booted once, passes alternated ABBA, nothing stored
     assert text.count("booting vLLM") == 2, text
     order = re.findall(r"A/B pass (\d+)/6 (base|candidate) \(gate(?:@HEAD~1)?\): starting", text)
@@ -136,3 +149,12 @@ def test_pull_request_gate_fails_a_worse_commit(tmp_path):
     stored_out = text.split("[prgate] stored:")[1]
     assert "booting vLLM" not in stored_out.split("[prgate] stored: exit")[0], stored_out
     assert "--vllm-require-baseline (no baseline): no baseline at" in text, text
+
+    # an unchanged commit (no profile touched): nothing to A/B, and no baseline asked
+    (repo / "NOTES.md").write_text("a note\n")
+    git(repo, "add", "NOTES.md")
+    git(repo, "commit", "-qm", "a note")
+    status, text, record = _gate(repo, "out-same", "--base=HEAD~1", "--stored=")
+    assert status == 0, text
+    assert "[prgate] PASS: ab skipped (no profile changed since HEAD~1)" in text, text
+    assert "booting vLLM" not in text, text

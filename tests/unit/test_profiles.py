@@ -200,3 +200,29 @@ def test_parallel_settings_pass_through(tmp_path):
     settings = profiles.engine_settings(profiles.load("tp", tmp_path), platform="cuda")
     argv = profiles.to_argv(settings.args)
     assert argv == ["--tensor-parallel-size", "2", "--data-parallel-size", "2"]
+
+
+def test_a_cpu_without_native_bf16_runs_the_embedded_model_in_float32(tmp_path):
+    """On an AVX2-only CPU a bf16 matmul took x25-x31 a float32 one and the engine tests
+    decoded at 25 tokens/s (bench/results/cpu/bf16-avx2.txt): there the embedded model
+    runs in float32, its default KV cache doubled to hold the same tokens, said in a
+    note; a profile's own dtype or KV size wins. Broken on purpose (the flag ignored),
+    no dtype is set."""
+    default = profiles.load("default", REPO_PROFILES)
+    slow = profiles.engine_settings(default, platform="cpu", native_bf16=False)
+    assert slow.args["dtype"] == "float32"
+    kv = profiles.CPU_DEFAULTS["kv_cache_memory_bytes"]
+    assert slow.args["kv_cache_memory_bytes"] == 2 * kv
+    assert any(n.startswith("dtype float32: this CPU has no native bfloat16") for n in slow.notes)
+    assert "dtype" not in profiles.engine_settings(default, platform="cpu").args
+    assert "dtype" not in profiles.engine_settings(default, platform="cuda", native_bf16=False).args
+    (tmp_path / "own.yaml").write_text("cpu: {dtype: bfloat16, kv_cache_memory_bytes: 1000}\n")
+    own = profiles.engine_settings(
+        profiles.load("own", tmp_path), platform="cpu", native_bf16=False
+    )
+    assert own.args["dtype"] == "bfloat16" and own.args["kv_cache_memory_bytes"] == 1000
+    (tmp_path / "kv.yaml").write_text("cpu: {kv_cache_memory_bytes: 1000}\n")
+    kv_own = profiles.engine_settings(
+        profiles.load("kv", tmp_path), platform="cpu", native_bf16=False
+    )
+    assert kv_own.args["dtype"] == "float32" and kv_own.args["kv_cache_memory_bytes"] == 1000
