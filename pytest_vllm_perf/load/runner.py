@@ -376,7 +376,13 @@ async def _report(
             total = state.workload.duration_s
             elapsed = time.perf_counter() - (state.deadline - total)
             failed = sum(not r.ok for r in state.records)
+            # "6/5s" read as 6 s of a 5-s pass: past the deadline it is the drain
+            where = (
+                f"{elapsed:.0f} s of {total:.0f} s"
+                if elapsed <= total
+                else f"draining, {elapsed - total:.0f} s past its {total:.0f} s"
+            )
             progress(
-                f"{state.workload.name}{state.label}: {elapsed:.0f}/{total:.0f}s, "
+                f"{state.workload.name}{state.label}: {where}, "
                 f"{len(state.records)} done, {failed} failed, {state.inflight} in flight"
             )

@@ -44,7 +44,8 @@ def comparison_lines(outcomes: Sequence[Outcome]) -> list[str]:
 def side_by_side(sides: Sequence[Side]) -> list[str]:
     """Per test run under several profiles, a table of each profile against the first.
 
-    ``~`` marks a ratio whose 95% interval (verdict.compare) contains 1, i.e. noise.
+    ``~`` marks a ratio whose 95% interval (verdict.compare) contains 1, i.e. noise;
+    ``?`` one with no interval (too few passes measured it), shown as the pooled ratio.
     The worst stall (ITL max) is a single maximum per pass and carries an interval
     over passes like the rest.
     """
@@ -56,7 +57,7 @@ def side_by_side(sides: Sequence[Side]) -> list[str]:
         if len({s.profile for s in group}) < 2:
             continue
         ref = group[0]
-        lines += ["", f"{test_id}: ratios to {ref.profile} (~ = within noise)"]
+        lines += ["", f"{test_id}: ratios to {ref.profile} (~ = within noise, ? = no interval)"]
         rows = [[ref.profile, *(text.fmt(ref.metrics.get(k), "{:.1f}") for k in SIDE_BY_SIDE)]]
         for other in group[1:]:
             verdicts = {
@@ -91,5 +92,8 @@ def _ratio(ref: Side, other: Side, key: str, verdicts: Mapping[str, MetricVerdic
     if not a or b is None or math.isnan(a) or math.isnan(b):
         return value
     v = verdicts.get(key)
-    noise = "~" if v is None or math.isnan(v.low) or v.low <= 1 <= v.high else ""
-    return f"{value} (x{b / a:.2f}{noise})"
+    if v is None or math.isnan(v.low) or not math.isfinite(v.ratio):
+        # no interval is no evidence of noise: "x363.74~" read as "within noise"
+        return f"{value} (x{b / a:.2f}?)"
+    noise = "~" if v.low <= 1 <= v.high else ""
+    return f"{value} (x{v.ratio:.2f}{noise})"  # the ratio its interval is of

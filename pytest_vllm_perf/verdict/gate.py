@@ -141,17 +141,36 @@ def evaluate(
 def _store(
     path: Path, test_id: str, result: Measurement, provenance: Provenance, mode: SaveMode
 ) -> GateResult:
-    """Save the measurement as the baseline's only boot, or add it as one more boot."""
+    """Save the measurement as the baseline's only boot, or add it as one more boot;
+    the note warns of gated metrics too few of its passes measured to gate on."""
     stored = baselines.load(path) if mode is SaveMode.ADD_BOOT else None
+    warn = unmeasured_warning(result)
     if stored is None:
         baselines.save(path, baselines.document(test_id, result, provenance))
-        if mode is SaveMode.SAVE:
-            return GateResult(GateStatus.SAVED, path)
-        return GateResult(GateStatus.SAVED, path, note="no baseline to add to: saved as boot 1")
+        note = "" if mode is SaveMode.SAVE else "no baseline to add to: saved as boot 1"
+        return GateResult(GateStatus.SAVED, path, note="; ".join(x for x in (note, warn) if x))
     doc = baselines.add_boot(stored, test_id, result, provenance)
     baselines.save(path, doc)
-    return GateResult(
-        GateStatus.BOOT_ADDED, path, note=f"the baseline now holds {len(doc['boots'])} boots"
+    note = f"the baseline now holds {len(doc['boots'])} boots"
+    return GateResult(GateStatus.BOOT_ADDED, path, note="; ".join(x for x in (note, warn) if x))
+
+
+def unmeasured_warning(result: Measurement) -> str:
+    """A warning naming each gated metric fewer than two passes measured (a class that
+    streamed in bursts leaves its ITL and TPOT out): such a baseline cannot gate it, and
+    the tiny preset's saved baselines said nothing of it."""
+    passes = len(result.pass_metrics)
+    short = [
+        f"{key} in {n} of {passes}"
+        for key in gated_metrics(result)
+        if (n := sum(math.isfinite(m.get(key, math.nan)) for m in result.pass_metrics)) < 2
+    ]
+    if not short or passes < 2:
+        return ""
+    return (
+        f"WARNING: gated metrics measured in too few passes to gate on ({', '.join(short)} "
+        "passes): a stream that came in bursts leaves ITL and TPOT out; on the CPU engine "
+        "use --vllm-model-preset=small"
     )
 
 

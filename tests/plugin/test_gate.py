@@ -208,7 +208,7 @@ def test_plots_and_side_by_side_table(project, fake_vllm, capsys):
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
-            "*test_perf: ratios to p (~ = within noise)*",
+            "*test_perf: ratios to p (~ = within noise, ? = no interval)*",
             "profile*TTFT p50*ITL p99*worst stall*",
             "q *(x*",
         ]

@@ -420,3 +420,21 @@ def test_no_pairs_are_bought_for_a_metric_no_pass_measured(monkeypatch):
     assert verdicts["tpot_mean_ms"].ratio != verdicts["tpot_mean_ms"].ratio  # no estimate
     assert verdicts["ttft_p50_ms"].verdict is Verdict.UNCHANGED
     assert len(calls) == 16, calls  # 8 pairs: the first look
+
+
+def test_saving_a_baseline_whose_gated_metrics_no_pass_measured_warns(tmp_path):
+    """The tiny preset streamed in bursts on two cores, so TPOT (gated) was left out of
+    every pass, and ``--vllm-save-baseline`` saved a baseline that can never gate it,
+    saying nothing. Broken on purpose (no warning), the note is empty."""
+    bursty = assemble(LOAD, [one_pass(k, 0.01, 1.0) for k in range(4)], ())
+    made = gate.evaluate(
+        "t.py::t", bursty, provenance("p", {}), tmp_path, {}, ["tpot_mean_ms"], gate.SaveMode.SAVE
+    )
+    assert made.status is GateStatus.SAVED
+    assert made.note.startswith("WARNING: gated metrics measured in too few passes"), made.note
+    assert "tpot_mean_ms in 0 of 4" in made.note
+    steady = assemble(LOAD, [one_pass(k, 1.0, 1.0) for k in range(4)], ())
+    again = gate.evaluate(
+        "t.py::t", steady, provenance("p", {}), tmp_path, {}, ["tpot_mean_ms"], gate.SaveMode.SAVE
+    )
+    assert again.note == ""

@@ -208,3 +208,19 @@ def test_every_verdict_line_is_short_and_its_values_agree_with_its_ratio():
             if math.isfinite(v.ratio) and v.ratio != 1:
                 assert (v.current > v.baseline) == (v.ratio > 1), line
             assert len(text.describe_verdict(v, verbose=True)) > len(line)
+
+
+def test_a_side_by_side_ratio_without_an_interval_is_not_called_noise():
+    """``x363.74~`` marked a ratio "within noise" when there was no interval at all.
+    Broken on purpose (a missing interval read as noise), the mark is ``~``."""
+    from types import SimpleNamespace
+
+    from pytest_vllm_perf.core.records import MetricVerdict, Verdict
+    from pytest_vllm_perf.report import sides
+
+    ref, other = (SimpleNamespace(metrics={"itl_max_ms": v}) for v in (1.0, 363.74))
+    nan = float("nan")
+    none = MetricVerdict("itl_max_ms", 1.0, 363.74, nan, nan, nan, 0.0, Verdict.INCONCLUSIVE)
+    assert sides._ratio(ref, other, "itl_max_ms", {"itl_max_ms": none}) == "363.7 (x363.74?)"
+    wide = MetricVerdict("itl_max_ms", 1.0, 1.2, 1.1, 0.9, 1.4, 0.0, Verdict.INCONCLUSIVE)
+    assert sides._ratio(ref, other, "itl_max_ms", {"itl_max_ms": wide}) == "363.7 (x1.10~)"
