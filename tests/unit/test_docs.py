@@ -32,8 +32,8 @@ def _anchors(path: Path) -> set[str]:
     return {_slug(m) for m in re.findall(r"^#+ (.+)$", text, re.MULTILINE)}
 
 
-def test_readme_is_under_25_kb():
-    assert len(README.read_bytes()) < 25_000
+def test_readme_is_under_15_kb():
+    assert len(README.read_bytes()) < 15_000
 
 
 def test_every_figure_in_the_readme_is_one_the_docs_state():
