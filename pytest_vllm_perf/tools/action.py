@@ -54,13 +54,13 @@ def outputs(out: Path, status: int) -> dict[str, str]:
 
 
 def _headline(out: Path) -> str:
-    """The summary's verdict line (bold, third line), or a plain word."""
-    summary = out / "summary.md"
-    if summary.is_file():
-        for line in summary.read_text(encoding="utf-8").splitlines():
-            if line.startswith("**") and line.endswith("**"):
-                return line.strip("*")
-    return "the gate wrote no summary: read its log above"
+    """The gate's verdict line from ``gate.json`` (not its Markdown), or a plain word."""
+    found = out / "gate.json"
+    if found.is_file():
+        line = json.loads(found.read_text(encoding="utf-8")).get("verdict")
+        if isinstance(line, str) and line:
+            return line
+    return "the gate wrote no verdict: read its log above"
 
 
 def main(argv: list[str] | None = None) -> int:

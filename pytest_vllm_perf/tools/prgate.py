@@ -406,6 +406,7 @@ def figures(steps: Sequence[Step], gpus: int) -> dict[str, object]:
     wall = sum(s.wall_s for s in steps)
     return {
         "outcome": outcome(steps),
+        "verdict": verdict(steps),  # the line the Action posts: read here, never from Markdown
         "gpus": gpus,
         "wall_min": round(wall / 60, 2),
         "gpu_min": round(wall * gpus / 60, 2),

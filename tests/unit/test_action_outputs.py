@@ -49,6 +49,18 @@ def test_a_failed_gate_fails_the_step_with_its_status(tmp_path, monkeypatch, cap
     assert "::error title=vLLM perf::FAIL: s0 a perf test failed" in capsys.readouterr().out
 
 
+def test_the_headline_is_read_from_gate_json_not_the_markdown(tmp_path, monkeypatch, capsys):
+    """The annotation took the summary's bold line: printed text read back. Broken on
+    purpose (the Markdown read), the line is the Markdown's, not gate.json's."""
+    out = gate_folder(tmp_path / "out", 1, 0)
+    (out / "summary.md").write_text("**something else entirely**\n")
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "outputs"))
+    assert action.main([str(out), "--status", "1"]) == 1
+    said = capsys.readouterr().out
+    assert "::error title=vLLM perf::FAIL: s0 a perf test failed" in said, said
+    assert "something else" not in said
+
+
 def test_a_gate_that_wrote_nothing_is_an_error_not_a_pass(tmp_path, monkeypatch):
     """prgate refused its arguments (exit 2) before any step: no gate.json. Seen failing
     with a missing gate.json read as an empty, passing gate."""
