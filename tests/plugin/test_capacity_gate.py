@@ -84,7 +84,7 @@ def reported_as_a_metric(project, result, status):
     """A capacity test's result reaches every report as the metric capacity_rps, judged
     by the rule of every metric (a p of a change beyond the tolerance beside its
     interval): the terminal summary's verdict and final line, --vllm-json (with the
-    search itself), --vllm-markdown, and the prgate summary, which reads the Markdown.
+    search itself), --vllm-markdown, and the prgate summary, which reads the JSON.
     Before, a capacity test left no result in any of them."""
     from pytest_vllm_perf.tools import prgate
 
@@ -112,5 +112,6 @@ def reported_as_a_metric(project, result, status):
     (bench,) = json.loads((project.path / "bench.json").read_text())["benchmarks"]
     assert bench["name"].startswith("capacity_rps[") and bench["stats"]["rounds"] == 1, bench
     if gate["verdict"] == "regressed":
-        step = prgate.Step("stored", ("pytest",), 1, 60.0, markdown)
-        assert "regressed: capacity_rps x0." in prgate.verdict([step])
+        report = (project.path / "report.json").read_text()
+        step = prgate.Step("stored", ("pytest",), 1, 60.0, markdown, "", report)
+        assert "regressed: test_capacity[default] capacity_rps x0." in prgate.verdict([step])

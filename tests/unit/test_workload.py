@@ -87,3 +87,31 @@ def test_a_shared_prompt_class_sends_one_prompt_and_the_others_fresh_ones():
     assert len(sent) == 1
     fresh = workload.named("decode").classes[0]
     assert len({str(run.spec(fresh, rng).prompt) for _ in range(3)}) == 3
+
+
+def test_progress_says_seconds_of_the_pass_and_the_drain_past_it():
+    """``decode pass 2/8: 6/5s`` read as 6 s of a 5-s pass: past the deadline it was the
+    drain. Broken on purpose (the old ``elapsed/total s``), neither line matches."""
+    import asyncio
+    import time
+    from types import SimpleNamespace
+
+    from pytest_vllm_perf.load import runner
+
+    said: list[str] = []
+
+    async def main(elapsed_s: float) -> None:
+        state = SimpleNamespace(
+            workload=SimpleNamespace(name="decode", duration_s=5.0), label=" pass 2/8",
+            deadline=time.perf_counter() - elapsed_s + 5.0, records=[], inflight=8,
+        )  # fmt: skip
+        stop = asyncio.Event()
+        task = asyncio.create_task(runner._report(state, stop, said.append, 0.01))
+        await asyncio.sleep(0.05)
+        stop.set()
+        await task
+
+    asyncio.run(main(3.0))
+    asyncio.run(main(6.4))
+    assert "decode pass 2/8: 3 s of 5 s, 0 done, 0 failed, 8 in flight" in said, said
+    assert "decode pass 2/8: draining, 1 s past its 5 s, 0 done, 0 failed, 8 in flight" in said
