@@ -55,11 +55,10 @@ from pytest_vllm_perf import options
 from pytest_vllm_perf.config import profiles, revision
 from pytest_vllm_perf.core import atomic
 from pytest_vllm_perf.core.errors import ProfileError, VllmPerfError
-from pytest_vllm_perf.core.report import Report
 from pytest_vllm_perf.options import INCONCLUSIVE_EXIT
 from pytest_vllm_perf.serving import hardware
 from pytest_vllm_perf.tools import bisect, sessions, upgrade
-from pytest_vllm_perf.tools.sessions import Step
+from pytest_vllm_perf.tools.sessions import INIT_HINT, Step, own_words, regressions
 
 __all__ = [
     "INIT_HINT",
@@ -99,24 +98,6 @@ STORED_MODES: Final = {
     # a store that can gate: a save, then one more boot (a gate needs two to learn its drift)
     "init": ("--vllm-save-baseline", "--vllm-add-boot"),
 }
-# the plugin's flags that a hint may name, as a prgate user gives them
-_OWN_WORDS: Final = {
-    "--vllm-add-boot": "--stored-mode add-boot",
-    "--vllm-save-baseline": "--stored-mode save",
-    "--vllm-require-baseline": "--stored-mode require",
-}
-INIT_HINT: Final = (
-    "no stored baseline yet: run once with --no-ab --stored-mode init (a save and one "
-    "more boot) and commit .vllm-perf/"
-)
-
-
-def own_words(text: str) -> str:
-    """A session's hint in prgate's own options (``--stored-mode add-boot``, not the
-    plugin's ``--vllm-add-boot``)."""
-    for flag, own in _OWN_WORDS.items():
-        text = text.replace(flag, own)
-    return text
 
 
 def changed_profiles(base: str, profiles_dir: Path) -> list[str]:
@@ -162,7 +143,7 @@ def verdict(steps: Sequence[Step]) -> str:
         for s in ran
     ]
     parts += [f"{s.name} skipped ({s.note})" for s in steps if s.status is None]
-    regressed = [r for s in failed for r in _regressions(s)]
+    regressed = [r for s in failed for r in regressions(s)]
     if any(s.name == "stored" and "(no baseline)" in s.note for s in ran):
         # the first gate of a repository: nothing has saved a baseline yet
         parts.append(INIT_HINT)
@@ -190,23 +171,6 @@ def exit_status(steps: Sequence[Step]) -> int:
     """The first failing step's status; else 6 if a step was undecided; else 0."""
     statuses = [s.status for s in steps if s.status]
     return next((s for s in statuses if s != INCONCLUSIVE_EXIT), statuses[0] if statuses else 0)
-
-
-def _regressions(step: Step) -> list[str]:
-    """``TEST[PROFILE] METRIC xRATIO`` of each gated regression in the step's JSON report
-    (never its printed text); one that cannot be read names itself."""
-    if not step.report_json:
-        return []
-    try:
-        report = Report.from_json(json.loads(step.report_json), f"{step.name}.json")
-    except (ValueError, VllmPerfError) as exc:
-        return [f"({step.name}.json unreadable: {exc})"]
-    return [
-        f"{r.test.rpartition('::')[2]}[{r.profile}] {v.metric} x{v.ratio:.3f}"
-        for r in report.results
-        if r.baseline is not None
-        for v in r.baseline.regressions
-    ]
 
 
 def summary(steps: Sequence[Step], gpus: int, base: str) -> str:

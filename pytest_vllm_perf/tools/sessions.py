@@ -5,6 +5,7 @@ handed on so that the session stops its servers and writes its report."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -15,7 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["GRACE_S", "INTERRUPTED", "Step", "interrupt", "run", "stop"]
+from pytest_vllm_perf.core.errors import VllmPerfError
+from pytest_vllm_perf.core.report import Report
+
+__all__ = [
+    "GRACE_S",
+    "INIT_HINT",
+    "INTERRUPTED",
+    "Step",
+    "interrupt",
+    "own_words",
+    "regressions",
+    "run",
+    "stop",
+]
 
 # the note of a step that Ctrl-C or SIGTERM cut short (its status is then 2)
 INTERRUPTED: Final = "interrupted"
@@ -99,3 +113,40 @@ def stop(proc: subprocess.Popen[str]) -> int:
 
 def interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+# the plugin's flags that a hint may name, as a prgate user gives them
+_OWN_WORDS: Final = {
+    "--vllm-add-boot": "--stored-mode add-boot",
+    "--vllm-save-baseline": "--stored-mode save",
+    "--vllm-require-baseline": "--stored-mode require",
+}
+INIT_HINT: Final = (
+    "no stored baseline yet: run once with --no-ab --stored-mode init (a save and one "
+    "more boot) and commit .vllm-perf/"
+)
+
+
+def own_words(text: str) -> str:
+    """A session's hint in prgate's own options (``--stored-mode add-boot``, not the
+    plugin's ``--vllm-add-boot``)."""
+    for flag, own in _OWN_WORDS.items():
+        text = text.replace(flag, own)
+    return text
+
+
+def regressions(step: Step) -> list[str]:
+    """``TEST[PROFILE] METRIC xRATIO`` of each gated regression in the step's JSON report
+    (never its printed text); one that cannot be read names itself."""
+    if not step.report_json:
+        return []
+    try:
+        report = Report.from_json(json.loads(step.report_json), f"{step.name}.json")
+    except (ValueError, VllmPerfError) as exc:
+        return [f"({step.name}.json unreadable: {exc})"]
+    return [
+        f"{r.test.rpartition('::')[2]}[{r.profile}] {v.metric} x{v.ratio:.3f}"
+        for r in report.results
+        if r.baseline is not None
+        for v in r.baseline.regressions
+    ]
