@@ -108,14 +108,12 @@ def describe_verdict(v: MetricVerdict, verbose: bool = False) -> str:
     """``METRIC: BASE -> CURRENT (xRATIO, 95% CI xLOW..xHIGH) WORD``; ``verbose`` adds what
     it was decided over, the tolerance, the p-values against the level and the bounds.
     The two values are the statistic the ratio compares (``verdict.measured``)."""
-    role = "" if v.gated else " [reported, not gated]"
-    if not verbose:
-        return (
-            f"{v.metric}: {fmt(v.baseline)} -> {fmt(v.current)} "
-            f"(x{v.ratio:.3f}, {interval(v.low, v.high)}) {v.verdict}{role}"
-        )
-    over = f" over {v.basis}" if v.basis else ""
+    head = f"{v.metric}: {fmt(v.baseline)} -> {fmt(v.current)} (x{v.ratio:.3f}, "
+    tail = f") {v.verdict}" + ("" if v.gated else " [reported, not gated]")
     ci = interval(v.low, v.high)
+    if not verbose:
+        return f"{head}{ci}{tail}"
+    over = f" over {v.basis}" if v.basis else ""
     p = ""
     if not math.isnan(v.p_value) and not math.isnan(v.margin):
         # the decision: one-sided, of a change worse than the indifference margin
@@ -134,10 +132,7 @@ def describe_verdict(v: MetricVerdict, verbose: bool = False) -> str:
         p = f", p={v.p_value:.3g} beyond it"  # the p of a change beyond the tolerance
         if v.gated and v.p_holm != v.p_value:
             p += f" (Holm {v.p_holm:.3g})"
-    return (
-        f"{v.metric}: {fmt(v.baseline)} -> {fmt(v.current)} "
-        f"(x{v.ratio:.3f}, {ci}{over}, tolerance {v.tolerance:.0%}{p}) {v.verdict}{role}"
-    )
+    return f"{head}{ci}{over}, tolerance {v.tolerance:.0%}{p}{tail}"
 
 
 def interval(low: float, high: float) -> str:

@@ -58,7 +58,13 @@ from pytest_vllm_perf.core.errors import ProfileError, VllmPerfError
 from pytest_vllm_perf.options import INCONCLUSIVE_EXIT
 from pytest_vllm_perf.serving import hardware
 from pytest_vllm_perf.tools import bisect, sessions, upgrade
-from pytest_vllm_perf.tools.sessions import INIT_HINT, Step, own_words, regressions
+from pytest_vllm_perf.tools.sessions import (
+    INIT_HINT,
+    STORED_MODES,
+    Step,
+    own_words,
+    regressions,
+)
 
 __all__ = [
     "INIT_HINT",
@@ -90,14 +96,6 @@ USAGE_ERROR: Final = int(pytest.ExitCode.USAGE_ERROR)  # the plugin's: 2 is "int
 
 # the gate's outcome, as a CI reads it (``OUT/gate.json``'s "outcome", the Action's output)
 Outcome = Literal["pass", "fail", "inconclusive"]
-
-STORED_MODES: Final = {
-    "require": ("--vllm-require-baseline",),
-    "add-boot": ("--vllm-add-boot",),
-    "save": ("--vllm-save-baseline",),
-    # a store that can gate: a save, then one more boot (a gate needs two to learn its drift)
-    "init": ("--vllm-save-baseline", "--vllm-add-boot"),
-}
 
 
 def changed_profiles(base: str, profiles_dir: Path) -> list[str]:

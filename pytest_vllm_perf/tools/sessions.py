@@ -23,6 +23,7 @@ __all__ = [
     "GRACE_S",
     "INIT_HINT",
     "INTERRUPTED",
+    "STORED_MODES",
     "Step",
     "interrupt",
     "own_words",
@@ -115,11 +116,17 @@ def interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+# prgate's --stored-mode values and the plugin's flags each runs, one session a flag
+STORED_MODES: Final = {
+    "require": ("--vllm-require-baseline",),
+    "add-boot": ("--vllm-add-boot",),
+    "save": ("--vllm-save-baseline",),
+    # a store that can gate: a save, then one more boot (a gate needs two to learn its drift)
+    "init": ("--vllm-save-baseline", "--vllm-add-boot"),
+}
 # the plugin's flags that a hint may name, as a prgate user gives them
 _OWN_WORDS: Final = {
-    "--vllm-add-boot": "--stored-mode add-boot",
-    "--vllm-save-baseline": "--stored-mode save",
-    "--vllm-require-baseline": "--stored-mode require",
+    flags[0]: f"--stored-mode {mode}" for mode, flags in STORED_MODES.items() if len(flags) == 1
 }
 INIT_HINT: Final = (
     "no stored baseline yet: run once with --no-ab --stored-mode init (a save and one "

@@ -160,10 +160,11 @@ def unmeasured_warning(result: Measurement) -> str:
     streamed in bursts leaves its ITL and TPOT out): such a baseline cannot gate it, and
     the tiny preset's saved baselines said nothing of it."""
     passes = len(result.pass_metrics)
+    side = [current_passes(result)]
     short = [
         f"{key} in {n} of {passes}"
         for key in gated_metrics(result)
-        if (n := sum(math.isfinite(m.get(key, math.nan)) for m in result.pass_metrics)) < 2
+        if (n := compare.measured_counts(side, key)) < 2
     ]
     if not short or passes < 2:
         return ""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pytest_vllm_perf.serving import hardware
 from pytest_vllm_perf.tools import prgate
-from tests.scratch_git import git
+from tests.scratch_git import commit_all, git
 
 
 def test_changed_profiles_are_those_whose_settings_differ_at_the_base(tmp_path):
@@ -158,9 +158,7 @@ def test_shipped_profiles_inside_the_repository_are_read_from_the_package(tmp_pa
     folder.mkdir()
     (folder / "mine.yaml").write_text("extends: default\nengine: {max_num_seqs: 8}\n")
     (tmp_path / ".gitignore").write_text(".venv/\n")
-    git(tmp_path, "init", "-q")
-    git(tmp_path, "add", ".")
-    git(tmp_path, "commit", "-qm", "base")
+    commit_all(tmp_path, "base")
     assert prgate.changed_profiles("HEAD", folder) == []
     (folder / "mine.yaml").write_text("extends: default\nengine: {max_num_seqs: 1}\n")
     assert prgate.changed_profiles("HEAD", folder) == ["mine"]
@@ -178,9 +176,7 @@ def test_revision_folders_are_removed(tmp_path, monkeypatch):
     folder = tmp_path / "repo" / "profiles"
     folder.mkdir(parents=True)
     (folder / "p.yaml").write_text("engine: {max_num_seqs: 8}\n")
-    git(tmp_path / "repo", "init", "-q")
-    git(tmp_path / "repo", "add", ".")
-    git(tmp_path / "repo", "commit", "-qm", "base")
+    commit_all(tmp_path / "repo", "base")
     assert prgate.changed_profiles("HEAD", folder) == []
     assert list((tmp_path / "tmp").iterdir()) == []
 
